@@ -1,0 +1,84 @@
+# gpuops.nvidia — build, test and lab entry points.
+# Everything is built from nothing: `make test` and `make lab` each do their own set-up.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT        := $(CURDIR)
+VENV        ?= $(ROOT)/.venv
+BIN         := $(VENV)/bin
+PY          := $(BIN)/python
+PYTHON3     ?= python3
+GPUOPS_CACHE ?= $(HOME)/.cache/gpuops
+COLLECTIONS := $(ROOT)/.collections
+COLL_DIR    := $(COLLECTIONS)/ansible_collections/gpuops/nvidia
+VERSION     := $(shell sed -n 's/^version: *//p' galaxy.yml)
+TARBALL     := build/gpuops-nvidia-$(VERSION).tar.gz
+SHARED      ?= $(ROOT)/../shared
+
+export PATH := $(BIN):$(PATH)
+export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
+export ANSIBLE_CONFIG := $(ROOT)/ansible.cfg
+export GPUOPS_CACHE
+export GPUOPS_SHARED := $(SHARED)
+export PYTHONDONTWRITEBYTECODE := 1
+
+COLLECTION_SRC := $(shell find galaxy.yml README.md meta plugins roles playbooks docs changelogs tests/unit tests/integration tests/sanity -type f -not -path '*/__pycache__/*' 2>/dev/null)
+
+.PHONY: help venv build install test test-unit test-sanity test-integration lab bench clean distclean
+
+help: ## list targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+venv: $(VENV)/.stamp ## controller/test virtualenv with pinned dependencies
+$(VENV)/.stamp: requirements-dev.txt
+	$(PYTHON3) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements-dev.txt
+	touch $@
+
+build: $(TARBALL) ## build the collection tarball (what Galaxy users get)
+$(TARBALL): $(VENV)/.stamp $(COLLECTION_SRC)
+	mkdir -p build
+	$(BIN)/ansible-galaxy collection build --force --output-path build >/dev/null
+	@echo "built $@"
+
+install: $(COLL_DIR)/MANIFEST.json ## install the built tarball into .collections
+$(COLL_DIR)/MANIFEST.json: $(TARBALL)
+	rm -rf $(COLL_DIR)
+	$(BIN)/ansible-galaxy collection install --force --no-deps -p $(COLLECTIONS) $(TARBALL) >/dev/null
+	@echo "installed $(TARBALL) into $(COLLECTIONS)"
+
+test: ## everything CI runs
+	$(MAKE) test-unit
+	$(MAKE) test-sanity
+	$(MAKE) test-integration
+	$(if $(strip $(EXTRA_TEST_TARGETS)),$(MAKE) $(EXTRA_TEST_TARGETS))
+
+test-unit: install ## unit tests over captured and synthetic node data
+	$(BIN)/pytest -q tests/unit
+
+test-sanity: install ## ansible-test sanity, ansible-lint (production), ruff
+	$(BIN)/ruff check plugins tests benchmarks
+	cd $(COLL_DIR) && $(BIN)/ansible-test sanity --python 3.11 --requirements --color no $(SANITY_ARGS)
+	$(BIN)/ansible-lint --profile production --offline -q $(LINT_PATHS)
+
+test-integration: install ## ansible-test integration targets that run on this machine
+	cd $(COLL_DIR) && $(BIN)/ansible-test integration --python 3.11 --color no --local gpu_facts
+
+lab: install ## the main job: playbooks/site.yml against the bundled lab
+	$(BIN)/python tests/lab/noderoots/build.py --out $(ROOT)/.lab/roots
+	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml playbooks/site.yml $(LAB_ARGS)
+
+bench: install ## benchmarks (results under benchmarks/)
+	$(BIN)/python benchmarks/gpu_facts/run.py --shared $(SHARED) --out benchmarks/gpu_facts/results-local.json
+
+clean:
+	rm -rf build $(COLLECTIONS) .lab tests/output
+
+distclean: clean
+	rm -rf $(VENV)
+
+LINT_PATHS ?= roles playbooks
+EXTRA_TEST_TARGETS ?=
+-include mk/*.mk

@@ -1,0 +1,172 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""PCI and IOMMU-group readers over a sysfs tree rooted at ``root``.
+
+PRIVATE: may change at any time; not for use outside gpuops.nvidia.
+
+Pure functions: every reader takes the filesystem root ("/" on a host, a fixture
+tree in tests) and returns plain dicts/lists.  Nothing here imports Ansible.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+NVIDIA_VENDOR = "10de"
+BDF_RE = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+#: bound drivers that mean "reserved for a VM", not usable by the host
+VFIO_DRIVERS = ("vfio-pci", "nvgrace_gpu_vfio_pci", "nvgrace-gpu-vfio-pci", "pci-stub")
+
+
+def normalize_bdf(bdf):
+    """Return the canonical ``dddd:bb:dd.f`` form (lower case), or None if malformed."""
+    if not isinstance(bdf, str) or not BDF_RE.match(bdf.strip()):
+        return None
+    bdf = bdf.strip().lower()
+    return bdf if bdf.count(":") == 2 else "0000:" + bdf
+
+
+def sysfs_path(root, *parts):
+    return os.path.join(root or "/", *[p.lstrip("/") for p in parts])
+
+
+def read_attr(path, warnings=None):
+    """Read one sysfs attribute, stripped; None when absent or unreadable."""
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+    except (OSError, IOError) as exc:
+        if warnings is not None:
+            warnings.append("cannot read %s: %s" % (path, exc))
+        return None
+
+
+def link_name(path):
+    """Basename of a symlink's target (sysfs ``driver``/``iommu_group`` links)."""
+    try:
+        return os.path.basename(os.readlink(path))
+    except OSError:
+        return None
+
+
+def _hex(value, width):
+    if value is None:
+        return None
+    value = value.lower()
+    if value.startswith("0x"):
+        value = value[2:]
+    return value.zfill(width)
+
+
+def _int(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def read_pci_device(root, bdf, warnings=None):
+    """Everything the collection needs to know about one PCI function."""
+    base = sysfs_path(root, "sys/bus/pci/devices", bdf)
+
+    def attr(name):
+        return read_attr(os.path.join(base, name), warnings)
+
+    vendor = _hex(attr("vendor"), 4)
+    device = _hex(attr("device"), 4)
+    klass = _hex(attr("class"), 6)
+    override = attr("driver_override")
+    numa = _int(attr("numa_node"))
+    boot_vga = attr("boot_vga")
+    physfn = link_name(os.path.join(base, "physfn"))
+    total_vfs = _int(attr("sriov_totalvfs"))
+    return {
+        "bdf": bdf,
+        "vendor_id": vendor,
+        "device_id": device,
+        "class_id": klass,
+        "pci_id": "%s:%s" % (vendor, device) if vendor and device else None,
+        "subsystem_vendor_id": _hex(attr("subsystem_vendor"), 4),
+        "subsystem_device_id": _hex(attr("subsystem_device"), 4),
+        "revision": _hex(attr("revision"), 2),
+        "driver": link_name(os.path.join(base, "driver")),
+        "driver_override": None if override in (None, "", "(null)") else override,
+        "iommu_group": link_name(os.path.join(base, "iommu_group")),
+        "numa_node": numa if numa is not None and numa >= 0 else None,
+        "boot_vga": boot_vga == "1",
+        "modalias": attr("modalias"),
+        "link": {
+            "current_speed": attr("current_link_speed"),
+            "current_width": _int(attr("current_link_width")),
+            "max_speed": attr("max_link_speed"),
+            "max_width": _int(attr("max_link_width")),
+        },
+        "sriov": {
+            "total_vfs": total_vfs,
+            "num_vfs": _int(attr("sriov_numvfs")),
+        } if total_vfs is not None else None,
+        "physfn": physfn,
+        "reset_method": attr("reset_method"),
+    }
+
+
+def list_bdfs(root):
+    directory = sysfs_path(root, "sys/bus/pci/devices")
+    try:
+        return sorted(n for n in os.listdir(directory) if normalize_bdf(n))
+    except OSError:
+        return []
+
+
+def read_pci_devices(root="/", vendor=None, warnings=None):
+    """All PCI functions (optionally only one vendor, e.g. ``"10de"``), sorted by BDF."""
+    out = []
+    for bdf in list_bdfs(root):
+        if vendor is not None:
+            v = _hex(read_attr(sysfs_path(root, "sys/bus/pci/devices", bdf, "vendor"), warnings), 4)
+            if v != vendor:
+                continue
+        out.append(read_pci_device(root, bdf, warnings))
+    return out
+
+
+def read_iommu_groups(root="/"):
+    """``{group: [bdf, ...]}`` from /sys/kernel/iommu_groups."""
+    base = sysfs_path(root, "sys/kernel/iommu_groups")
+    groups = {}
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return groups
+    for name in names:
+        try:
+            members = os.listdir(os.path.join(base, name, "devices"))
+        except OSError:
+            members = []
+        groups[name] = sorted(members)
+    return groups
+
+
+def is_bridge(class_id):
+    """PCI bridges (class 0x06 except 0x0680 'other bridge', which NVSwitches use)."""
+    return bool(class_id) and class_id.startswith("06") and not class_id.startswith("0680")
+
+
+def is_gpu_class(class_id):
+    return bool(class_id) and class_id.startswith("03")
+
+
+def classify_nvidia(dev):
+    """'gpu' (display 0x03xx), 'nvswitch' (bridge 0x0680), 'audio' (0x0403) or 'other'."""
+    cls = dev.get("class_id") or ""
+    if cls.startswith("03"):
+        return "gpu"
+    if cls.startswith("0680"):
+        return "nvswitch"
+    if cls.startswith("0403"):
+        return "audio"
+    return "other"
