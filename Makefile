@@ -15,6 +15,9 @@ COLL_DIR    := $(COLLECTIONS)/ansible_collections/gpuops/nvidia
 VERSION     := $(shell sed -n 's/^version: *//p' galaxy.yml)
 TARBALL     := build/gpuops-nvidia-$(VERSION).tar.gz
 SHARED      ?= $(ROOT)/../shared
+# ansible-test needs the collection outside any git checkout (it lists files through git)
+AT_COLLECTIONS := $(GPUOPS_CACHE)/ansible-test
+AT_DIR      := $(AT_COLLECTIONS)/ansible_collections/gpuops/nvidia
 
 export PATH := $(BIN):$(PATH)
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
@@ -47,7 +50,9 @@ install: $(COLL_DIR)/MANIFEST.json ## install the built tarball into .collection
 $(COLL_DIR)/MANIFEST.json: $(TARBALL)
 	rm -rf $(COLL_DIR)
 	$(BIN)/ansible-galaxy collection install --force --no-deps -p $(COLLECTIONS) $(TARBALL) >/dev/null
-	@echo "installed $(TARBALL) into $(COLLECTIONS)"
+	rm -rf $(AT_DIR)
+	$(BIN)/ansible-galaxy collection install --force --no-deps -p $(AT_COLLECTIONS) $(TARBALL) >/dev/null
+	@echo "installed $(TARBALL) into $(COLLECTIONS) and $(AT_COLLECTIONS)"
 
 test: ## everything CI runs
 	$(MAKE) test-unit
@@ -60,11 +65,11 @@ test-unit: install ## unit tests over captured and synthetic node data
 
 test-sanity: install ## ansible-test sanity, ansible-lint (production), ruff
 	$(BIN)/ruff check plugins tests benchmarks
-	cd $(COLL_DIR) && $(BIN)/ansible-test sanity --python 3.11 --requirements --color no $(SANITY_ARGS)
+	cd $(AT_DIR) && $(BIN)/ansible-test sanity --python 3.11 --requirements --color no $(SANITY_ARGS)
 	$(BIN)/ansible-lint --profile production --offline -q $(LINT_PATHS)
 
 test-integration: install ## ansible-test integration targets that run on this machine
-	cd $(COLL_DIR) && $(BIN)/ansible-test integration --python 3.11 --color no --local gpu_facts
+	cd $(AT_DIR) && $(BIN)/ansible-test integration --python 3.11 --color no --local gpu_facts
 
 lab: install ## the main job: playbooks/site.yml against the bundled lab
 	$(BIN)/python tests/lab/noderoots/build.py --out $(ROOT)/.lab/roots

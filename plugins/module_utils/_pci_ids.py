@@ -13,6 +13,9 @@ values NVML reports for the product; treat them as nominal.
 from __future__ import annotations
 
 import os
+import re
+
+_VENDOR_LINE = re.compile(rb"\n[0-9a-f]{4}  ")
 
 PCI_IDS_PATHS = (
     "usr/share/misc/pci.ids",
@@ -69,11 +72,17 @@ def parse_vendor_section(data, vendor="10de"):
 
     Only the vendor's own section is scanned (fast: one ``find`` over the file).
     """
-    start = data.find(b"\n" + vendor.encode() + b"  ")
-    if start < 0:
-        return {}
+    marker = vendor.encode() + b"  "
+    if data.startswith(marker):
+        start = 0
+    else:
+        start = data.find(b"\n" + marker) + 1
+        if start == 0:
+            return {}
+    nxt = _VENDOR_LINE.search(data, start + 1)
+    section = data[start:nxt.start() if nxt else len(data)]
     names = {}
-    for raw in data[start + 1:].split(b"\n")[1:]:
+    for raw in section.split(b"\n")[1:]:
         if not raw or raw.startswith(b"#"):
             continue
         if not raw.startswith(b"\t"):
