@@ -96,7 +96,7 @@ def read_driver(root="/", kernel=None, warnings=None):
     if os.path.isdir(gdir):
         for bdf in sorted(os.listdir(gdir)):
             info = read_attr(os.path.join(gdir, bdf, "information"), warnings) or ""
-            fields = dict((k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in info.splitlines()) if v)
+            fields = dict((k.strip(), v.strip()) for k, _sep, v in (ln.partition(":") for ln in info.splitlines()) if v)
             gpus.append({"bdf": bdf.lower(), "model": fields.get("Model"), "uuid": fields.get("GPU UUID"),
                          "minor": fields.get("Device Minor"), "excluded": fields.get("GPU Excluded") == "Yes"})
     return {

@@ -101,7 +101,7 @@ def gfd_labels(gpus, driver_version=None, cuda_version=None, machine=None):
         labels["nvidia.com/gpu.mode"] = first["mode"]
     cc = first.get("compute_capability")
     if cc:
-        major, _, minor = cc.partition(".")
+        major, _sep, minor = cc.partition(".")
         labels["nvidia.com/gpu.compute.major"] = major
         labels["nvidia.com/gpu.compute.minor"] = minor or "0"
         fam = family(int(major), int(minor or 0))
@@ -120,7 +120,7 @@ def gfd_labels(gpus, driver_version=None, cuda_version=None, machine=None):
         labels["nvidia.com/cuda.driver.minor"] = minor
         labels["nvidia.com/cuda.driver.rev"] = rev
     if cuda_version:
-        cmaj, _, cmin = cuda_version.partition(".")
+        cmaj, _sep, cmin = cuda_version.partition(".")
         labels["nvidia.com/cuda.runtime-version.major"] = cmaj
         labels["nvidia.com/cuda.runtime-version.minor"] = cmin or "0"
         labels["nvidia.com/cuda.runtime-version.full"] = "%s.%s" % (cmaj, cmin or "0")

@@ -90,7 +90,7 @@ def parse_vendor_section(data, vendor="10de"):
         if raw.startswith(b"\t\t"):
             continue  # subsystem line
         line = raw[1:].decode("utf-8", "replace")
-        dev, _, name = line.partition("  ")
+        dev, _sep, name = line.partition("  ")
         names[dev.lower()] = name.strip()
     return names
 

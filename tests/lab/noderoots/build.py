@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """CLI: materialise every node root under --out (used by `make lab` and the cluster lane)."""
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ class TestH200Capture:
         assert facts["nvswitches"] == [] and facts["others"] == []
 
     def test_nvml_agrees_with_nvidia_smi(self, roots, h200_nvml):
-        facts, _ = gather(roots["h200"], nvml=h200_nvml)
+        facts, _warnings = gather(roots["h200"], nvml=h200_nvml)
         q = smi_query()
         nv = facts["nvml"]["devices"][0]
         assert nv["uuid"] == q["uuid"]
@@ -53,7 +53,7 @@ class TestH200Capture:
         assert facts["devices"][0]["facts_source"] == "nvml"
 
     def test_mig_profiles_and_placements(self, roots, h200_nvml):
-        facts, _ = gather(roots["h200"], nvml=h200_nvml)
+        facts, _warnings = gather(roots["h200"], nvml=h200_nvml)
         profiles = {p["id"]: p for p in facts["nvml"]["devices"][0]["gi_profiles"]}
         assert sorted(profiles) == [0, 5, 9, 14, 15, 19, 20]
         assert profiles[19]["instances"] == 7 and profiles[19]["memory_mib"] == 16384
@@ -62,7 +62,7 @@ class TestH200Capture:
         assert profiles[0]["placements"] == [{"start": 0, "size": 8}]
 
     def test_kernel_and_driver(self, roots):
-        facts, _ = gather(roots["h200"])
+        facts, _warnings = gather(roots["h200"])
         assert facts["kernel"]["release"] == "6.18.44-fc-v973-gpu"
         assert facts["kernel"]["nvidia_modules"] == ["nvidia", "nvidia_uvm"]
         assert facts["kernel"]["nouveau_loaded"] is False
@@ -76,7 +76,7 @@ class TestH200Capture:
         assert facts["os"]["id"] == "ubuntu" and facts["os"]["version_id"] == "24.04"
 
     def test_labels_with_nvml(self, roots, h200_nvml):
-        facts, _ = gather(roots["h200"], nvml=h200_nvml)
+        facts, _warnings = gather(roots["h200"], nvml=h200_nvml)
         labels = facts["labels"]
         expected = {
             "feature.node.kubernetes.io/pci-10de.present": "true",
@@ -99,7 +99,7 @@ class TestH200Capture:
         assert {k: labels.get(k) for k in expected} == expected
 
     def test_labels_without_nvml_use_builtin_table(self, roots):
-        facts, _ = gather(roots["h200"])
+        facts, _warnings = gather(roots["h200"])
         assert "nvml" not in facts
         assert facts["notes"] and "pynvml" in facts["notes"][0]
         assert facts["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H200"
@@ -109,14 +109,14 @@ class TestH200Capture:
     def test_nvml_init_failure_is_a_note_not_an_error(self, roots):
         from nvml_standin import NVMLStandIn
 
-        facts, _ = gather(roots["h200"], nvml=NVMLStandIn(H200_CAPTURE, fail_init=True))
+        facts, _warnings = gather(roots["h200"], nvml=NVMLStandIn(H200_CAPTURE, fail_init=True))
         assert "nvml" not in facts
         assert "DRIVER_NOT_LOADED" in facts["notes"][0]
 
 
 class TestSynthetic:
     def test_hgx_with_nvswitches(self, roots):
-        facts, _ = gather(roots["hgx-h100"])
+        facts, _warnings = gather(roots["hgx-h100"])
         assert facts["count"] == 8 and len(facts["nvswitches"]) == 4
         assert {d["numa_node"] for d in facts["devices"]} == {0, 1}
         assert all(d["passthrough_viable"] and d["companions"] == [] for d in facts["devices"])
@@ -130,7 +130,7 @@ class TestSynthetic:
         assert facts["nvswitches"][0]["name"] == "GH100 [H100 NVSwitch]"
 
     def test_workstation_audio_companions_and_igpu(self, roots):
-        facts, _ = gather(roots["workstation"])
+        facts, _warnings = gather(roots["workstation"])
         assert [d["bdf"] for d in facts["devices"]] == ["0000:01:00.0", "0000:02:00.0"]
         assert facts["devices"][0]["companions"] == ["0000:01:00.1"]
         assert facts["devices"][1]["companions"] == ["0000:02:00.1"]
@@ -143,7 +143,7 @@ class TestSynthetic:
         assert facts["devices"][0]["mode"] == "graphics"
 
     def test_passthrough_host_amd(self, roots):
-        facts, _ = gather(roots["passthrough"])
+        facts, _warnings = gather(roots["passthrough"])
         assert facts["iommu"]["vendor"] == "amd" and facts["iommu"]["cpu_virtualization"] == ["svm"]
         vfio = [d for d in facts["devices"] if d["driver"] == "vfio-pci"]
         assert len(vfio) == 2 and all(d["driver_override"] == "vfio-pci" for d in vfio)
@@ -155,12 +155,12 @@ class TestSynthetic:
         assert facts["labels"]["nvidia.com/gpu.count"] == "1"
 
     def test_iommu_off(self, roots):
-        facts, _ = gather(roots["iommu-off"])
+        facts, _warnings = gather(roots["iommu-off"])
         assert facts["iommu"]["enabled"] is False and facts["iommu"]["units"] == []
         assert facts["devices"][0]["passthrough_viable"] is False
 
     def test_nouveau_node(self, roots):
-        facts, _ = gather(roots["nouveau"])
+        facts, _warnings = gather(roots["nouveau"])
         assert facts["kernel"]["nouveau_loaded"] is True
         assert facts["driver"]["loaded"] is False and facts["driver"]["version"] is None
         assert facts["kernel"]["headers_present"] is False
@@ -173,7 +173,7 @@ class TestSynthetic:
         assert not any(k.startswith("nvidia.com/") or "pci-10de" in k for k in facts["labels"])
 
     def test_subset_pci_only(self, roots):
-        facts, _ = gather(roots["hgx-h100"], ("pci",))
+        facts, _warnings = gather(roots["hgx-h100"], ("pci",))
         assert "kernel" not in facts and "driver" not in facts and "iommu" not in facts
         assert facts["count"] == 8
 
@@ -227,6 +227,6 @@ class TestPureFunctions:
         root = str(tmp_path)
         noderoots.build_iommu_off(root)
         noderoots._write(root, "usr/share/misc/pci.ids", "10de  NVIDIA Corporation\n\t26b9  AD102GL [L40S] (host)\n")
-        facts, _ = gather(root, ("pci",))
+        facts, _warnings = gather(root, ("pci",))
         assert facts["devices"][0]["name"] == "AD102GL [L40S] (host)"
         assert facts["pci_ids_source"].endswith("usr/share/misc/pci.ids")
