@@ -53,12 +53,21 @@ def timeit(fn, repeat):
 
 def bench_root(name, root, repeat, nvml_stub=None):
     out = {}
-    load = (lambda: (nvml_stub, None)) if nvml_stub is not None else _gpu_facts._nvml.load
+    # NVML only answers for the running host: a fixture root gets the capture's stand-in
+    # (h200) or no NVML at all, so its figures are sysfs/procfs work alone
+    if root == "/":
+        load = _gpu_facts._nvml.load
+    elif nvml_stub is not None:
+        def load():
+            return nvml_stub, None
+    else:
+        def load():
+            return None, "fixture root: no NVML"
     out["all"] = timeit(lambda: _gpu_facts.gather(root, _gpu_facts.SUBSETS, load_nvml=load), repeat)
     out["pci,iommu"] = timeit(lambda: _gpu_facts.gather(root, ("pci", "iommu")), repeat)
     code = ("import sys; sys.path.insert(0, %r); "
             "from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_facts as g; "
-            "g.gather(%r, g.SUBSETS)" % (COLLECTIONS, root))
+            "g.gather(%r, g.SUBSETS if %r == '/' else ('pci', 'iommu', 'kernel', 'driver'))" % (COLLECTIONS, root, root))
     out["process"] = timeit(lambda: subprocess.run([sys.executable, "-c", code], check=True), max(3, repeat // 5))
     facts, _warnings = _gpu_facts.gather(root, _gpu_facts.SUBSETS, load_nvml=load)
     out["gpus"] = facts.get("count")
