@@ -80,7 +80,7 @@ lab: install ## the main job: playbooks/site.yml against the bundled lab
 	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml playbooks/site.yml $(LAB_ARGS)
 
 bench: install ## benchmarks (results under benchmarks/)
-	$(BIN)/python benchmarks/gpu_facts/run.py --shared $(SHARED) --out benchmarks/gpu_facts/results-local.json
+	$(BIN)/python benchmarks/gpu_facts/run.py --fixtures --host --out benchmarks/gpu_facts/results-local.json
 
 clean:
 	rm -rf build $(COLLECTIONS) .lab tests/output
