@@ -75,6 +75,7 @@ def _driver(root, version, open_module, gpus):
     _write(root, "proc/driver/nvidia/version", "NVRM version: NVIDIA UNIX %s  %s  Release Build\nGCC version: gcc 12\n" % (kind, version))
     _write(root, "sys/module/nvidia/version", version + "\n")
     _write(root, "dev/nvidiactl", "")
+    _write(root, "usr/bin/nvidia-smi", "#!/bin/sh\n", 0o755)
     for i, (bdf, model, uuid) in enumerate(gpus):
         _write(root, "proc/driver/nvidia/gpus/%s/information" % bdf,
                "Model: \t\t %s\nGPU UUID: \t %s\nBus Location: \t %s\nDevice Minor: \t %d\nGPU Excluded:\t No\n" % (model, uuid, bdf, i))
@@ -133,6 +134,9 @@ def build_h200(root):
         if line.startswith("c") and len(parts) >= 10 and parts[-1].startswith("/dev/"):
             _write(root, parts[-1].lstrip("/"), "")
     _write(root, "proc/cpuinfo", "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu vme de pse\n")
+    for path in sections["which"]:
+        if path.startswith("/usr/local/nvidia/bin/"):
+            _write(root, path.lstrip("/"), "#!/bin/sh\n", 0o755)
     os.makedirs(os.path.join(root, "sys/kernel/iommu_groups"), exist_ok=True)
 
 

@@ -1,0 +1,109 @@
+"""The doctor's diagnoses over real-capture and synthetic node facts."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _doctor, _gpu_facts
+
+
+def facts_of(root, nvml=None, probes=None):
+    facts, _warnings = _gpu_facts.gather(root, _gpu_facts.SUBSETS, nvml_lib=nvml,
+                                         load_nvml=lambda: (None, "no pynvml in unit tests"))
+    facts["probes"] = probes if probes is not None else {"nvidia_smi": True, "toolkit": True}
+    return facts
+
+
+def ids(findings):
+    return sorted(f["id"] for f in findings)
+
+
+def test_healthy_h200_has_no_findings(roots, h200_nvml):
+    assert _doctor.diagnose(facts_of(roots["h200"], h200_nvml), {"workload": "container", "cuda_version": "13.0"}) == []
+
+
+def test_cuda_mismatch_uses_nvml_cuda_version(roots, h200_nvml):
+    findings = _doctor.diagnose(facts_of(roots["h200"], h200_nvml), {"workload": "container", "cuda_version": "13.1"})
+    assert ids(findings) == ["cuda-version-mismatch"]
+    assert "supports CUDA 13.0" in findings[0]["summary"]
+
+
+def test_cuda_from_branch_table_without_nvml(roots):
+    # workstation runs 550 -> CUDA 12.4
+    facts = facts_of(roots["workstation"])
+    assert _doctor.driver_cuda(facts) == "12.4"
+    assert ids(_doctor.diagnose(facts, {"workload": "container", "cuda_version": "12.8"})) == ["cuda-version-mismatch"]
+    assert _doctor.diagnose(facts, {"workload": "container", "cuda_version": "12.4"}) == []
+
+
+def test_nouveau_node(roots):
+    findings = _doctor.diagnose(facts_of(roots["nouveau"]), {"workload": "container"})
+    assert ids(findings) == ["driver-not-loaded", "kernel-headers-missing", "nouveau-conflict"]
+    nouveau = [f for f in findings if f["id"] == "nouveau-conflict"][0]
+    assert nouveau["detail"]["holders"] == ["0000:5e:00.0"]
+
+
+def test_missing_smi_and_toolkit(roots, h200_nvml):
+    facts = facts_of(roots["h200"], h200_nvml, probes={"nvidia_smi": False, "toolkit": False})
+    assert ids(_doctor.diagnose(facts, {"workload": "container"})) == ["nvidia-smi-not-found", "toolkit-missing"]
+
+
+def test_no_gpu_on_a_gpu_node(roots):
+    assert ids(_doctor.diagnose(facts_of(roots["no-gpu"]), {"workload": "container"})) == ["gpu-not-detected"]
+    assert _doctor.diagnose(facts_of(roots["no-gpu"]), {}) == []
+
+
+def test_vm_passthrough_node_with_gpus_on_nvidia(roots):
+    findings = _doctor.diagnose(facts_of(roots["workstation"]), {"workload": "vm-passthrough"})
+    assert ids(findings) == ["vfio-not-bound"]
+    assert "0000:01:00.0" in findings[0]["summary"] and "0000:02:00.0" in findings[0]["summary"]
+
+
+def test_passthrough_host_shared_group(roots):
+    findings = _doctor.diagnose(facts_of(roots["passthrough"]), {"workload": "vm-passthrough"})
+    # the third A100 is neither on vfio-pci nor alone in its group
+    assert ids(findings) == ["iommu-group-shared", "vfio-not-bound"]
+    assert "0000:c1:00.1" in [f for f in findings if f["id"] == "iommu-group-shared"][0]["summary"]
+
+
+def test_companion_left_on_audio_driver(roots):
+    facts = facts_of(roots["workstation"])
+    for dev in facts["devices"]:
+        dev["driver"] = "vfio-pci"
+    findings = _doctor.diagnose(facts, {"workload": "vm-passthrough"})
+    assert ids(findings) == ["vfio-companion-not-bound", "vfio-companion-not-bound"]
+
+
+def test_vm_node_without_iommu(roots):
+    findings = _doctor.diagnose(facts_of(roots["iommu-off"]), {"workload": "vm-passthrough"})
+    assert "iommu-off" in ids(findings)
+
+
+def test_mig_pending(roots, h200_nvml):
+    facts = facts_of(roots["h200"], h200_nvml)
+    facts = copy.deepcopy(facts)
+    facts["nvml"]["devices"][0]["mig_mode"] = {"current": False, "pending": True}
+    assert ids(_doctor.diagnose(facts, {"workload": "container"})) == ["mig-mode-pending"]
+
+
+def test_vgpu_node_without_manager(roots):
+    facts = facts_of(roots["nouveau"], probes={"mdev_types": False})
+    assert ids(_doctor.diagnose(facts, {"workload": "vm-vgpu"})) == ["iommu-off", "vgpu-manager-missing", "vgpu-no-mdev-types"]
+
+
+@pytest.mark.parametrize("version,cuda", [("580.159.04", "13.0"), ("570.124.06", "12.8"), ("535.104.05", "12.2"), ("460.1", None)])
+def test_branch_table(version, cuda):
+    assert _doctor.driver_cuda({"driver": {"version": version}}) == cuda
+
+
+def test_filter_sorts_errors_first_and_rejects_bad_input(roots):
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.gpuops.nvidia.plugins.filter.gpu_diagnose import gpu_diagnose
+
+    facts = facts_of(roots["h200"], None, probes={"nvidia_smi": True, "toolkit": True})
+    facts["nvml"] = {"devices": [{"index": 0, "mig_mode": {"current": True, "pending": False}}], "cuda_driver_version": "13.0"}
+    out = gpu_diagnose(facts, {"workload": "container", "cuda_version": "13.1"})
+    assert [f["severity"] for f in out] == ["error", "warning"]
+    with pytest.raises(AnsibleFilterError, match="expects ansible_facts.gpu"):
+        gpu_diagnose("nope")
