@@ -12,6 +12,8 @@ never raised.
 """
 from __future__ import annotations
 
+import ctypes
+
 ARCH_NAMES = {
     2: "kepler", 3: "maxwell", 4: "pascal", 5: "volta", 6: "turing", 7: "ampere",
     8: "ada", 9: "hopper", 10: "blackwell", 11: "orin", 12: "blackwell",
@@ -40,6 +42,19 @@ def _try(errors, what, fn, *args):
         return None
 
 
+def _placements(lib, get_place, handle, profile_id):
+    """Possible placements of a GPU-instance profile.
+
+    pynvml exposes the C call as is: (device, profileId, placementsRef, countRef).
+    A NULL array first asks for the count, then a sized array is filled.
+    """
+    count = ctypes.c_uint(0)
+    get_place(handle, profile_id, None, ctypes.byref(count))
+    array = (lib.c_nvmlGpuInstancePlacement_t * count.value)()
+    get_place(handle, profile_id, array, ctypes.byref(count))
+    return [{"start": array[i].start, "size": array[i].size} for i in range(count.value)]
+
+
 def _gi_profiles(lib, handle, errors):
     profiles = []
     get_info = getattr(lib, "nvmlDeviceGetGpuInstanceProfileInfo", None)
@@ -66,9 +81,9 @@ def _gi_profiles(lib, handle, errors):
             "placements": None,
         }
         if get_place is not None:
-            places = _try(errors, "placements of profile %d" % index, get_place, handle, info.id)
+            places = _try(errors, "placements of profile %d" % index, _placements, lib, get_place, handle, info.id)
             if places is not None:
-                entry["placements"] = [{"start": p.start, "size": p.size} for p in places]
+                entry["placements"] = places
         profiles.append(entry)
     return profiles
 

@@ -6,10 +6,15 @@ argument and return shapes, so the collector runs unchanged against it.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
 from types import SimpleNamespace
+
+
+class c_nvmlGpuInstancePlacement_t(ctypes.Structure):  # noqa: N801 - pynvml's name
+    _fields_ = [("start", ctypes.c_uint), ("size", ctypes.c_uint)]
 
 
 class NVMLError(Exception):
@@ -17,6 +22,8 @@ class NVMLError(Exception):
 
 
 class NVMLStandIn:
+    c_nvmlGpuInstancePlacement_t = c_nvmlGpuInstancePlacement_t
+
     def __init__(self, capture_dir, fail_init=False):
         with open(os.path.join(capture_dir, "nvml.json")) as f:
             self.data = json.load(f)
@@ -27,8 +34,7 @@ class NVMLStandIn:
                 for line in f:
                     m = re.search(r"Profile ID\s+(\d+)\s+Placements?\s*:\s*\{([\d,]+)\}:(\d+)", line)
                     if m:
-                        self.placements[int(m.group(1))] = [
-                            SimpleNamespace(start=int(s), size=int(m.group(3))) for s in m.group(2).split(",")]
+                        self.placements[int(m.group(1))] = [(int(s), int(m.group(3))) for s in m.group(2).split(",")]
         self.fail_init = fail_init
         self.inited = False
 
@@ -93,7 +99,19 @@ class NVMLStandIn:
             raise NVMLError(entry["err"])
         return SimpleNamespace(**entry)
 
-    def nvmlDeviceGetGpuInstancePossiblePlacements(self, h, profile_id):
+    def nvmlDeviceGetGpuInstancePossiblePlacements(self, h, profile_id, placementsRef, countRef):
+        """pynvml's C-shaped call: NULL array -> count; sized array -> filled."""
         if profile_id not in self.placements:
             raise NVMLError("NVML_ERROR_NOT_SUPPORTED")
-        return self.placements[profile_id]
+        places = self.placements[profile_id]
+        count = countRef._obj
+        if placementsRef is None:
+            count.value = len(places)
+            return 0
+        if count.value < len(places):
+            raise NVMLError("NVML_ERROR_INSUFFICIENT_SIZE")
+        for i, (start, size) in enumerate(places):
+            placementsRef[i].start = start
+            placementsRef[i].size = size
+        count.value = len(places)
+        return 0

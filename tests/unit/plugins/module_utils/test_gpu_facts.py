@@ -230,3 +230,21 @@ class TestPureFunctions:
         facts, _warnings = gather(root, ("pci",))
         assert facts["devices"][0]["name"] == "AD102GL [L40S] (host)"
         assert facts["pci_ids_source"].endswith("usr/share/misc/pci.ids")
+
+
+def test_standin_has_pynvml_call_shapes():
+    """The stand-in must take the same required arguments as the real pynvml functions
+    (a wrong shape once hid a bug that only the real H200 showed)."""
+    import inspect
+
+    pynvml = pytest.importorskip("pynvml")
+    from nvml_standin import NVMLStandIn
+
+    def required(fn):
+        return [p.name for p in inspect.signature(fn).parameters.values()
+                if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    names = [n for n in dir(NVMLStandIn) if n.startswith("nvml")]
+    assert "nvmlDeviceGetGpuInstancePossiblePlacements" in names
+    for name in names:
+        assert len(required(getattr(NVMLStandIn, name))) - 1 == len(required(getattr(pynvml, name))), name
