@@ -248,3 +248,21 @@ def test_standin_has_pynvml_call_shapes():
     assert "nvmlDeviceGetGpuInstancePossiblePlacements" in names
     for name in names:
         assert len(required(getattr(NVMLStandIn, name))) - 1 == len(required(getattr(pynvml, name))), name
+
+
+def test_replay_agrees_with_the_real_h200_run(roots, h200_nvml):
+    """gpu_facts run on a real H200 (tests/lab/h200/results, another lease of the same
+    node type) and the replayed capture + NVML stand-in give the same labels and devices."""
+    import json
+
+    real_path = os.path.join(os.path.dirname(H200_CAPTURE), "..", "..", "lab", "h200", "results", "gpu_facts.json")
+    with open(real_path) as f:
+        real = json.load(f)["ansible_facts"]["gpu"]
+    replay, _warnings = gather(roots["h200"], nvml=h200_nvml)
+    assert real["labels"] == replay["labels"]
+    keep = ("bdf", "device_id", "class_id", "name", "driver", "product", "memory_mib", "compute_capability", "mig_capable")
+    assert [{k: d[k] for k in keep} for d in real["devices"]] == [{k: d[k] for k in keep} for d in replay["devices"]]
+    real_profiles = [(p["id"], p["placements"]) for p in real["nvml"]["devices"][0]["gi_profiles"]]
+    replay_profiles = [(p["id"], p["placements"]) for p in replay["nvml"]["devices"][0]["gi_profiles"]]
+    assert real_profiles == replay_profiles
+    assert real["nvml"]["errors"] == []
