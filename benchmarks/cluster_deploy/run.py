@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Cluster deploy benchmark: playbooks/cluster.yml against N KWOK GPU nodes.
+
+For each N: a fresh control plane (audit log on), N container GPU nodes (8x H100, MIG-capable),
+then the playbook (first run, then a no-op rerun). The playbook itself waits for every
+DaemonSet to roll out, so its wall time is "start -> every DaemonSet rolled out and every node
+labelled"; the script double-checks both through the API afterwards. API requests are counted
+from the apiserver audit log, split by client (our playbook vs the controllers it sets off).
+
+    .venv/bin/python benchmarks/cluster_deploy/run.py --nodes 10 100 1000 --out results.json
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+LAB = os.path.join(ROOT, "tests", "lab", "cluster")
+CACHE = os.environ.get("GPUOPS_CACHE", os.path.expanduser("~/.cache/gpuops"))
+DIR = os.path.join(CACHE, "cluster", "bench")
+PORT_BASE = os.environ.get("CLUSTER_BENCH_PORT_BASE", "26643")
+DAEMONSETS = ["nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter",
+              "nvidia-mig-manager", "nvidia-operator-validator", "nfd-worker"]
+
+
+def sh(cmd, env=None, **kw):
+    return subprocess.run(cmd, env=env, check=True, **kw)
+
+
+def client_of(user_agent):
+    ua = (user_agent or "").lower()
+    for key in ("kube-controller-manager", "kube-scheduler", "kwok", "kube-apiserver"):
+        if key in ua:
+            return key
+    if "openapi-generator" in ua or "python" in ua:
+        return "ansible (kubernetes.core)"
+    return "other"
+
+
+def count_audit(path, since):
+    """Requests (ResponseComplete stage) after ``since`` (epoch seconds), by client and verb."""
+    by_client, by_verb = collections.Counter(), collections.Counter()
+    if not os.path.exists(path):
+        return {}, {}
+    with open(path) as f:
+        for line in f:
+            ev = json.loads(line)
+            if ev.get("stage") != "ResponseComplete":
+                continue
+            ts = ev.get("requestReceivedTimestamp", "")
+            # 2026-12-02T12:00:00.123456Z
+            t = time.mktime(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+            if t + 1 < since:
+                continue
+            who = client_of(ev.get("userAgent"))
+            by_client[who] += 1
+            if who.startswith("ansible"):
+                by_verb[ev.get("verb")] += 1
+    return dict(by_client), dict(by_verb)
+
+
+def run_playbook(env, inventory):
+    cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", inventory,
+           os.path.join(ROOT, "playbooks", "cluster.yml"),
+           "-e", "gpuops_cluster_components=['runtime_class','nfd','gfd','device_plugin','dcgm_exporter','mig_manager','validator']"]
+    t0 = time.time()
+    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    dt = time.time() - t0
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout[-6000:] + r.stderr[-2000:])
+        raise SystemExit("playbook failed")
+    changed = sum(int(m) for m in re.findall(r"changed=(\d+)", r.stdout.split("PLAY RECAP")[-1]))
+    return dt, changed
+
+
+def verify(kubeconfig, n):
+    from kubernetes import client, config
+
+    config.load_kube_config(kubeconfig)
+    apps, core = client.AppsV1Api(), client.CoreV1Api()
+    for ds in DAEMONSETS:
+        d = apps.read_namespaced_daemon_set(ds, "gpu-operator")
+        assert d.status.desired_number_scheduled == n == d.status.number_ready, (ds, d.status)
+    labelled = core.list_node(label_selector="nvidia.com/gpu.deploy.device-plugin=true").items
+    assert len(labelled) == n, len(labelled)
+
+
+def one(n, keep):
+    env = dict(os.environ, GPUOPS_CACHE=CACHE, CLUSTER_DIR=DIR, CLUSTER_PORT_BASE=PORT_BASE, CLUSTER_AUDIT="1",
+               PYTHON=os.path.join(ROOT, ".venv", "bin", "python"))
+    sh([os.path.join(LAB, "down.sh"), "--purge"], env=env)
+    os.makedirs(DIR, exist_ok=True)
+    spec = os.path.join(DIR, "..", "bench-spec-%d.yml" % n)
+    with open(os.path.join(LAB, "nodes", "bench.yml.j2")) as f:
+        text = f.read().replace("{{ n }}", str(n))
+    with open(spec, "w") as f:
+        f.write(text)
+    t0 = time.time()
+    sh([os.path.join(LAB, "up.sh"), spec], env=env)
+    up_s = time.time() - t0
+    kubeconfig = os.path.join(DIR, "kubeconfig")
+    inventory = os.path.join(DIR, "inventory.yml")
+    penv = dict(env, ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH", os.path.join(ROOT, ".collections")),
+                ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), K8S_AUTH_KUBECONFIG=kubeconfig,
+                PATH=os.path.join(CACHE, "cluster", "bin") + os.pathsep + os.environ["PATH"])
+    # wait until KWOK has every node Ready
+    from kubernetes import client, config
+
+    config.load_kube_config(kubeconfig)
+    core = client.CoreV1Api()
+    deadline = time.time() + 600
+    while time.time() < deadline:
+        ready = sum(1 for x in core.list_node().items
+                    if any(c.type == "Ready" and c.status == "True" for c in x.status.conditions or []))
+        if ready >= n:
+            break
+        time.sleep(1)
+    nodes_ready_s = time.time() - t0
+    audit = os.path.join(DIR, "logs", "audit.log")
+    start = time.time()
+    first_s, first_changed = run_playbook(penv, inventory)
+    verify(kubeconfig, n)
+    time.sleep(2)  # audit batch flush
+    first_req = count_audit(audit, start)
+    start2 = time.time()
+    second_s, second_changed = run_playbook(penv, inventory)
+    time.sleep(2)
+    # requests of the rerun only: everything after start2
+    second_req = count_audit(audit, start2)
+    result = {
+        "nodes": n, "cluster_up_s": round(up_s, 1), "nodes_ready_s": round(nodes_ready_s, 1),
+        "first_run_s": round(first_s, 1), "first_run_changed_tasks": first_changed,
+        "first_run_requests_by_client": first_req[0], "first_run_ansible_requests_by_verb": first_req[1],
+        "rerun_s": round(second_s, 1), "rerun_changed_tasks": second_changed,
+        "rerun_requests_by_client": second_req[0],
+    }
+    if not keep:
+        sh([os.path.join(LAB, "down.sh"), "--purge"], env=env)
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[10, 100, 1000])
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results.json"))
+    ap.add_argument("--keep", action="store_true", help="leave the last cluster running")
+    args = ap.parse_args()
+    results = []
+    for i, n in enumerate(args.nodes):
+        r = one(n, keep=args.keep and i == len(args.nodes) - 1)
+        print(json.dumps(r), flush=True)
+        results.append(r)
+    doc = {
+        "command": "make bench-cluster  (= .venv/bin/python benchmarks/cluster_deploy/run.py --nodes %s)"
+                   % " ".join(map(str, args.nodes)),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    "note": "shared 2-core VM, other builds/VMs running concurrently"},
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "results": results,
+    }
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,380 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+"""CDI spec generation for NVIDIA GPUs (stdlib only; NVML when importable).
+
+PRIVATE: this module_utils file may change at any time; do not import it from
+outside the collection.
+
+Everything is read below a ``root`` directory (``/`` on a real host, a
+synthetic tree in unit tests): ``/dev``, ``/proc/driver/nvidia``, library,
+binary and firmware directories.  Paths written into the spec are the
+host's own paths (the root prefix is stripped).
+
+The spec follows what ``nvidia-ctk cdi generate`` (toolkit 1.20) produces for
+the default ``index,uuid`` naming: one device per GPU index and UUID, MIG
+devices as ``<gpu>:<mig>`` and by MIG UUID, an ``all`` device, and common
+container edits (control device nodes, driver libraries, binaries, firmware,
+IPC sockets and, when an ``nvidia-cdi-hook``/``nvidia-ctk`` binary is present,
+the create-symlinks / update-ldcache / enable-cuda-compat hooks).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+
+KIND = "nvidia.com/gpu"
+MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
+DEFAULT_LIBRARY_DIRS = [
+    "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
+    "/usr/local/nvidia/lib64", "/usr/lib", "/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+    "/lib64", "/lib", "/usr/local/nvidia/lib",
+]
+DEFAULT_BIN_DIRS = ["/usr/bin", "/usr/sbin", "/bin", "/sbin", "/usr/local/bin", "/usr/local/nvidia/bin"]
+BINARIES = ["nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"]
+CONTROL_NODES = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"]
+IPC_PATHS = ["/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socket", "/tmp/nvidia-mps"]
+HOOK_CANDIDATES = ["/usr/bin/nvidia-cdi-hook", "/usr/local/bin/nvidia-cdi-hook", "/usr/bin/nvidia-ctk", "/usr/local/bin/nvidia-ctk"]
+
+
+class CdiError(ValueError):
+    """The host does not look like an NVIDIA GPU host (nothing written)."""
+
+
+def _p(root, path):
+    return os.path.join(root, path.lstrip("/")) if root not in ("", "/") else path
+
+
+def _read(root, path):
+    try:
+        with open(_p(root, path)) as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+# -- discovery -----------------------------------------------------------------
+
+def driver_version(root):
+    text = _read(root, "/proc/driver/nvidia/version")
+    if text:
+        m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+        if m:
+            return m.group(1)
+    text = _read(root, "/sys/module/nvidia/version")
+    return text.strip() if text and text.strip() else None
+
+
+def parse_information(text):
+    """Fields of /proc/driver/nvidia/gpus/<bus>/information."""
+    out = {}
+    for line in text.splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _cap_minor(root, path):
+    text = _read(root, path)
+    if text:
+        m = re.search(r"DeviceFileMinor:\s*(\d+)", text)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def mig_from_proc(root, minor):
+    """MIG devices of one GPU from /proc capability files (no UUIDs there)."""
+    base = "/proc/driver/nvidia/capabilities/gpu%d/mig" % minor
+    devs = []
+    for gi_dir in sorted(glob.glob(_p(root, base + "/gi*")), key=lambda x: int(re.sub(r"\D", "", os.path.basename(x)) or 0)):
+        gi = int(os.path.basename(gi_dir)[2:])
+        gi_cap = _cap_minor(root, "%s/gi%d/access" % (base, gi))
+        for ci_dir in sorted(glob.glob(os.path.join(gi_dir, "ci*")), key=lambda x: int(re.sub(r"\D", "", os.path.basename(x)) or 0)):
+            ci = int(os.path.basename(ci_dir)[2:])
+            ci_cap = _cap_minor(root, "%s/gi%d/ci%d/access" % (base, gi, ci))
+            devs.append({"gi": gi, "ci": ci, "uuid": None, "gi_cap": gi_cap, "ci_cap": ci_cap})
+    return devs
+
+
+def gpus_from_proc(root):
+    gpus = []
+    for info in sorted(glob.glob(_p(root, "/proc/driver/nvidia/gpus/*/information"))):
+        f = parse_information(open(info).read())
+        if "Device Minor" not in f:
+            continue
+        minor = int(f["Device Minor"])
+        gpus.append({
+            "minor": minor,
+            "uuid": f.get("GPU UUID"),
+            "bus": (f.get("Bus Location") or os.path.basename(os.path.dirname(info))).lower(),
+            "model": f.get("Model"),
+            "mig": mig_from_proc(root, minor),
+        })
+    gpus.sort(key=lambda g: g["bus"])   # NVML enumerates in PCI bus order
+    for i, g in enumerate(gpus):
+        g["index"] = i
+    return gpus
+
+
+def gpus_from_nvml(pynvml, root):
+    """GPU list through NVML (UUIDs for MIG devices too); caps from /proc."""
+    pynvml.nvmlInit()
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            minor = pynvml.nvmlDeviceGetMinorNumber(h)
+            uuid = _s(pynvml.nvmlDeviceGetUUID(h))
+            bus = _s(pynvml.nvmlDeviceGetPciInfo(h).busId).lower()
+            if len(bus) > 12:
+                bus = bus[-12:]
+            gpu = {"index": i, "minor": minor, "uuid": uuid, "bus": bus, "model": _s(pynvml.nvmlDeviceGetName(h)), "mig": []}
+            try:
+                current, _pending = pynvml.nvmlDeviceGetMigMode(h)
+            except pynvml.NVMLError:
+                current = 0
+            if current:
+                caps = dict(((d["gi"], d["ci"]), d) for d in mig_from_proc(root, minor))
+                for j in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+                    try:
+                        mh = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
+                    except pynvml.NVMLError:
+                        continue
+                    gi = pynvml.nvmlDeviceGetGpuInstanceId(mh)
+                    ci = pynvml.nvmlDeviceGetComputeInstanceId(mh)
+                    cap = caps.get((gi, ci), {})
+                    gpu["mig"].append({"gi": gi, "ci": ci, "uuid": _s(pynvml.nvmlDeviceGetUUID(mh)),
+                                       "gi_cap": cap.get("gi_cap"), "ci_cap": cap.get("ci_cap")})
+            gpus.append(gpu)
+        return gpus
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _s(v):
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _first_existing(root, paths):
+    return [p for p in paths if os.path.exists(_p(root, p))]
+
+
+def find_library_dir(root, version, dirs):
+    for d in dirs:
+        if os.path.isfile(_p(root, "%s/libcuda.so.%s" % (d, version))):
+            return d
+    return None
+
+
+def driver_libraries(root, version, libdir):
+    """(files, links): real ``lib*.so.<version>`` files and the symlinks onto them."""
+    host = _p(root, libdir)
+    files, links = [], []
+    suffix = ".so." + version
+    for name in sorted(os.listdir(host)):
+        full = os.path.join(host, name)
+        if name.endswith(suffix) and os.path.isfile(full) and not os.path.islink(full):
+            files.append("%s/%s" % (libdir, name))
+    targets = set(os.path.basename(f) for f in files)
+    for name in sorted(os.listdir(host)):
+        full = os.path.join(host, name)
+        if os.path.islink(full) and name.startswith("lib"):
+            t = os.readlink(full)
+            # one level (libcuda.so.1 -> libcuda.so.580) or two (libcuda.so -> libcuda.so.1)
+            if os.path.basename(t) in targets or (os.path.islink(os.path.join(host, os.path.basename(t)))
+                                                  and os.path.basename(os.readlink(os.path.join(host, os.path.basename(t)))) in targets):
+                links.append(("%s/%s" % (libdir, name), t))
+    return files, links
+
+
+def firmware_files(root, version):
+    dirs = ["/lib/firmware/nvidia/%s" % version, "/usr/lib/firmware/nvidia/%s" % version]
+    custom = _read(root, "/sys/module/firmware_class/parameters/path")
+    if custom and custom.strip():
+        dirs.insert(0, "%s/nvidia/%s" % (custom.strip().rstrip("/"), version))
+    out = []
+    for d in dirs:
+        for f in sorted(glob.glob(_p(root, d + "/*.bin"))):
+            out.append("%s/%s" % (d, os.path.basename(f)))
+    return out
+
+
+def find_hook(root, hook_path):
+    if hook_path:
+        return hook_path
+    found = _first_existing(root, HOOK_CANDIDATES)
+    return found[0] if found else None
+
+
+# -- spec ------------------------------------------------------------------------
+
+def _mount(path):
+    return {"hostPath": path, "containerPath": path, "options": list(MOUNT_OPTIONS)}
+
+
+def _hook(hook, name, args):
+    argv0 = os.path.basename(hook)
+    fixed = [argv0, "hook"] if argv0 == "nvidia-ctk" else [argv0]
+    return {"hookName": "createContainer", "path": hook, "args": fixed + [name] + args, "env": ["NVIDIA_CTK_DEBUG=false"]}
+
+
+def build_spec(root="/", gpus=None, version=None, naming=("index", "uuid"), library_dirs=None,
+               bin_dirs=None, hook_path=None, kind=KIND, all_device=True):
+    """Return (spec dict, info dict)."""
+    version = version or driver_version(root)
+    if not version:
+        raise CdiError("no NVIDIA driver found under %s (no /proc/driver/nvidia/version)" % root)
+    if gpus is None:
+        gpus = gpus_from_proc(root)
+    if not gpus:
+        raise CdiError("the NVIDIA driver %s is loaded but no GPU is visible" % version)
+    warnings = []
+    devices = []
+    all_nodes = []
+    for g in gpus:
+        node = "/dev/nvidia%d" % g["minor"]
+        if not os.path.exists(_p(root, node)):
+            warnings.append("%s is missing (GPU %s)" % (node, g.get("uuid")))
+        edits = {"deviceNodes": [{"path": node}]}
+        all_nodes.append(node)
+        if g.get("mig"):
+            for j, m in enumerate(g["mig"]):
+                nodes = [node]
+                for cap in (m.get("gi_cap"), m.get("ci_cap")):
+                    if cap is not None:
+                        nodes.append("/dev/nvidia-caps/nvidia-cap%d" % cap)
+                medits = {"deviceNodes": [{"path": n} for n in nodes]}
+                all_nodes.extend(n for n in nodes if n not in all_nodes)
+                if "index" in naming:
+                    devices.append({"name": "%d:%d" % (g["index"], j), "containerEdits": medits})
+                if "uuid" in naming and m.get("uuid"):
+                    devices.append({"name": m["uuid"], "containerEdits": medits})
+            continue  # a GPU in MIG mode is handed out through its MIG devices
+        if "index" in naming:
+            devices.append({"name": str(g["index"]), "containerEdits": edits})
+        if "uuid" in naming and g.get("uuid"):
+            devices.append({"name": g["uuid"], "containerEdits": edits})
+    if all_device:
+        devices.append({"name": "all", "containerEdits": {"deviceNodes": [{"path": n} for n in all_nodes]}})
+
+    common = {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}
+    common["deviceNodes"] = [{"path": n} for n in _first_existing(root, CONTROL_NODES)]
+    mounts = []
+    libdir = find_library_dir(root, version, library_dirs or DEFAULT_LIBRARY_DIRS)
+    links = []
+    if libdir:
+        libs, links = driver_libraries(root, version, libdir)
+        mounts.extend(_mount(p) for p in libs)
+    else:
+        warnings.append("libcuda.so.%s not found in %s" % (version, ", ".join(library_dirs or DEFAULT_LIBRARY_DIRS)))
+    seen = set()
+    for b in BINARIES:
+        for d in bin_dirs or DEFAULT_BIN_DIRS:
+            path = "%s/%s" % (d, b)
+            if b not in seen and os.path.isfile(_p(root, path)):
+                mounts.append(_mount(path))
+                seen.add(b)
+    mounts.extend(_mount(p) for p in firmware_files(root, version))
+    mounts.extend(_mount(p) for p in _first_existing(root, IPC_PATHS))
+    hook = find_hook(root, hook_path)
+    hooks = []
+    if hook:
+        if links:
+            hooks.append(_hook(hook, "create-symlinks", sum((["--link", "%s::%s" % (target, link)] for link, target in links), [])))
+        hooks.append(_hook(hook, "enable-cuda-compat", ["--host-driver-version=%s" % version]))
+        if libdir:
+            hooks.append(_hook(hook, "update-ldcache", ["--folder", libdir]))
+        hooks.append(_hook(hook, "disable-device-node-modification", []))
+    else:
+        # no hook binary: expose the SONAME links as mounts so that
+        # LD_LIBRARY_PATH=<libdir> (set by CUDA images) finds the libraries
+        for link, target in links:
+            real = os.path.join(libdir, target) if not target.startswith("/") else target
+            real = os.path.normpath(real)
+            while os.path.islink(_p(root, real)):
+                t = os.readlink(_p(root, real))
+                real = os.path.normpath(os.path.join(os.path.dirname(real), t))
+            mounts.append({"hostPath": real, "containerPath": link, "options": list(MOUNT_OPTIONS)})
+        if libdir:
+            warnings.append("no nvidia-cdi-hook or nvidia-ctk found: the spec has no hooks (no ldcache update); "
+                            "containers must have %s on LD_LIBRARY_PATH" % libdir)
+    common["mounts"] = mounts
+    if hooks:
+        common["hooks"] = hooks
+    spec = {"cdiVersion": "", "kind": kind, "devices": devices, "containerEdits": common}
+    spec["cdiVersion"] = minimum_version(spec)
+    info = {"driver_version": version, "library_dir": libdir, "hook": hook, "warnings": warnings,
+            "device_names": [d["name"] for d in devices]}
+    return spec, info
+
+
+def minimum_version(spec):
+    """Lowest CDI spec version that can express ``spec`` (rules of the CDI Go package)."""
+    edits = [d.get("containerEdits", {}) for d in spec.get("devices", [])] + [spec.get("containerEdits", {})]
+    if any(e.get("netDevices") or (e.get("intelRdt") or {}).get("schemata") for e in edits):
+        return "1.1.0"
+    if any(e.get("intelRdt") is not None or e.get("additionalGids") for e in edits):
+        return "0.7.0"
+    _vendor, _sep, cls = spec.get("kind", "").partition("/")
+    if spec.get("annotations") or any(d.get("annotations") for d in spec.get("devices", [])) or "." in cls:
+        return "0.6.0"
+    if any(d["name"][:1].isdigit() for d in spec.get("devices", [])) or \
+            any(n.get("hostPath") for e in edits for n in e.get("deviceNodes", [])):
+        return "0.5.0"
+    if any(m.get("type") for e in edits for m in e.get("mounts", [])):
+        return "0.4.0"
+    return "0.3.0"
+
+
+# -- output ----------------------------------------------------------------------
+
+_PLAIN = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./=@+-]*$")
+_RESERVED = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
+
+
+def _yaml_scalar(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    s = str(v)
+    if _PLAIN.match(s) and s.lower() not in _RESERVED:
+        return s
+    return json.dumps(s)
+
+
+def to_yaml(value, indent=0):
+    """Block-style YAML for dicts/lists/scalars (enough for CDI specs)."""
+    pad = " " * indent
+    lines = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, (dict, list)) and v:
+                lines.append("%s%s:" % (pad, k))
+                lines.append(to_yaml(v, indent + (0 if isinstance(v, list) else 2)).rstrip("\n"))
+            else:
+                lines.append("%s%s: %s" % (pad, k, _yaml_scalar(v) if not isinstance(v, (dict, list)) else ("{}" if isinstance(v, dict) else "[]")))
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict) and item:
+                sub = to_yaml(item, indent + 2).rstrip("\n").split("\n")
+                sub[0] = pad + "- " + sub[0][indent + 2:]
+                lines.extend(sub)
+            elif isinstance(item, list) and item:
+                lines.append(pad + "-")
+                lines.append(to_yaml(item, indent + 2).rstrip("\n"))
+            else:
+                lines.append("%s- %s" % (pad, _yaml_scalar(item)))
+    else:
+        lines.append(pad + _yaml_scalar(value))
+    return "\n".join(lines) + "\n"
+
+
+def render(spec, path):
+    if path.endswith(".json"):
+        return json.dumps(spec, indent=2) + "\n"
+    return "---\n" + to_yaml(spec)

@@ -1,0 +1,163 @@
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Device plugin (k8s-device-plugin v0.20) and MIG manager (mig-parted v0.15) configs.
+
+PRIVATE: may change at any time; not for use outside gpuops.nvidia.
+
+Configs are written in the upstream format (``version: v1``, ``flags``, ``sharing``); this
+module validates them the way the plugin would at start-up (so a bad config is refused
+by Ansible, not by a crash-looping pod) and renders the ConfigMap data.
+"""
+from __future__ import annotations
+
+import json
+
+MIG_STRATEGIES = ("none", "single", "mixed")
+LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
+SHARING_KEYS = {"timeSlicing": "time-slicing", "mps": "mps"}
+RESOURCE_KEYS = {"name", "rename", "devices", "replicas"}
+SHARING_SPEC_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
+
+
+class ConfigError(ValueError):
+    def __init__(self, errors):
+        self.errors = list(errors)
+        super().__init__("; ".join(self.errors))
+
+
+def _validate_sharing(where, kind, spec, mig_strategy, errors, warnings):
+    if not isinstance(spec, dict):
+        errors.append(f"{where}: sharing.{kind} must be a mapping")
+        return
+    unknown = set(spec) - SHARING_SPEC_KEYS
+    if unknown:
+        errors.append("{}: sharing.{}: unknown keys {}".format(where, kind, ", ".join(sorted(unknown))))
+    resources = spec.get("resources")
+    if not resources:
+        errors.append(f"{where}: sharing.{kind}.resources must list at least one resource")
+        return
+    for i, res in enumerate(resources):
+        at = f"{where}: sharing.{kind}.resources[{i}]"
+        if not isinstance(res, dict):
+            errors.append(f"{at} must be a mapping")
+            continue
+        unknown = set(res) - RESOURCE_KEYS
+        if unknown:
+            errors.append("{}: unknown keys {}".format(at, ", ".join(sorted(unknown))))
+        name = res.get("name")
+        if not isinstance(name, str) or not (name == "nvidia.com/gpu" or name.startswith("nvidia.com/mig-")):
+            errors.append(f"{at}: name must be nvidia.com/gpu or nvidia.com/mig-<profile>, got {name!r}")
+        replicas = res.get("replicas")
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 2:
+            errors.append(f"{at}: replicas must be an integer >= 2, got {replicas!r}")
+        devices = res.get("devices", "all")
+        if devices != "all":
+            if not isinstance(devices, (int, list)) or isinstance(devices, bool):
+                errors.append(f"{at}: devices must be 'all', a count or a list, got {devices!r}")
+            else:
+                warnings.append(f"{at}: device plugin v0.20 ignores non-'all' devices (k8s-device-plugin#1786)")
+        if res.get("rename"):
+            warnings.append(f"{at}: device plugin v0.20 ignores per-resource rename; use renameByDefault")
+    if kind == "mps" and mig_strategy == "mixed":
+        errors.append(f"{where}: MPS sharing cannot be combined with migStrategy=mixed")
+
+
+def validate(name, config, default_mig_strategy="single"):
+    """Validate one named device plugin config; returns (normalised config, warnings)."""
+    errors, warnings = [], []
+    where = f"device plugin config {name!r}"
+    if not isinstance(config, dict):
+        raise ConfigError([f"{where} must be a mapping"])
+    unknown = set(config) - {"version", "flags", "sharing", "resources", "imex"}
+    if unknown:
+        errors.append("{}: unknown keys {}".format(where, ", ".join(sorted(unknown))))
+    version = config.get("version", "v1")
+    if version != "v1":
+        errors.append(f"{where}: version must be v1, got {version!r}")
+    flags = dict(config.get("flags") or {})
+    strategy = flags.get("migStrategy", default_mig_strategy)
+    if strategy not in MIG_STRATEGIES:
+        errors.append(f"{where}: unknown MIG strategy {strategy!r} (expected none, single or mixed)")
+    flags["migStrategy"] = strategy
+    plugin = flags.get("plugin") or {}
+    dls = plugin.get("deviceListStrategy")
+    if dls is not None:
+        for s in dls if isinstance(dls, list) else [dls]:
+            if s not in LIST_STRATEGIES:
+                errors.append(f"{where}: unknown deviceListStrategy {s!r}")
+    if plugin.get("deviceIDStrategy", "uuid") not in ("uuid", "index"):
+        errors.append(f"{where}: deviceIDStrategy must be uuid or index")
+    sharing = config.get("sharing") or {}
+    unknown = set(sharing) - set(SHARING_KEYS)
+    if unknown:
+        errors.append("{}: sharing: unknown keys {}".format(where, ", ".join(sorted(unknown))))
+    for kind in SHARING_KEYS:
+        if sharing.get(kind) is not None:
+            _validate_sharing(where, kind, sharing[kind], strategy, errors, warnings)
+    if errors:
+        raise ConfigError(errors)
+    out = {"version": "v1", "flags": flags}
+    if sharing:
+        out["sharing"] = sharing
+    for k in ("resources", "imex"):
+        if k in config:
+            out[k] = config[k]
+    return out, warnings
+
+
+def render(configs, default_name="default", mig_strategy="single"):
+    """ConfigMap data for the plugin's config-manager: one key per named config.
+
+    Always contains ``default_name`` (a plain config with the cluster MIG strategy) unless
+    the user defined it. Returns (data, warnings); raises ConfigError listing every problem.
+    """
+    if mig_strategy not in MIG_STRATEGIES:
+        raise ConfigError([f"unknown MIG strategy {mig_strategy!r} (expected none, single or mixed)"])
+    configs = dict(configs or {})
+    configs.setdefault(default_name, {"version": "v1"})
+    data, warnings, errors = {}, [], []
+    for name in sorted(configs):
+        try:
+            cfg, warn = validate(name, configs[name], mig_strategy)
+        except ConfigError as e:
+            errors.extend(e.errors)
+            continue
+        warnings.extend(warn)
+        # JSON is valid YAML and renders deterministically (stable ConfigMap => no restarts)
+        data[name] = json.dumps(cfg, sort_keys=True, indent=2) + "\n"
+    if errors:
+        raise ConfigError(errors)
+    return data, warnings
+
+
+def validate_mig_configs(doc):
+    """mig-parted config file (``version: v1``, ``mig-configs``); returns the list of names."""
+    errors = []
+    if not isinstance(doc, dict) or doc.get("version") != "v1":
+        raise ConfigError(["MIG config: version must be v1"])
+    unknown = set(doc) - {"version", "mig-configs"}
+    if unknown:
+        errors.append("MIG config: unknown keys {}".format(", ".join(sorted(unknown))))
+    configs = doc.get("mig-configs") or {}
+    for name, specs in configs.items():
+        if not specs:
+            errors.append(f"MIG config {name!r}: needs at least one entry")
+            continue
+        for i, spec in enumerate(specs):
+            at = f"MIG config {name!r}[{i}]"
+            unknown = set(spec) - {"devices", "mig-enabled", "mig-devices", "device-filter"}
+            if unknown:
+                errors.append("{}: unknown keys {}".format(at, ", ".join(sorted(unknown))))
+            if "devices" not in spec or "mig-enabled" not in spec:
+                errors.append(f"{at}: devices and mig-enabled are required")
+                continue
+            if spec["devices"] != "all" and not (isinstance(spec["devices"], list)
+                                                 and all(isinstance(d, int) for d in spec["devices"])):
+                errors.append(f"{at}: devices must be 'all' or a list of GPU indexes")
+            if spec["mig-enabled"] and "mig-devices" not in spec:
+                errors.append(f"{at}: mig-devices is required when mig-enabled is true")
+            if not spec["mig-enabled"] and spec.get("mig-devices"):
+                errors.append(f"{at}: mig-devices must be empty when mig-enabled is false")
+    if errors:
+        raise ConfigError(errors)
+    return sorted(configs)

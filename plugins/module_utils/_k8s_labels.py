@@ -1,0 +1,260 @@
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Node plan for the cluster side: labels and taints per node, as the GPU Operator sets them.
+
+PRIVATE: may change at any time; not for use outside gpuops.nvidia.
+
+Pure functions, no Ansible import. Input is what the inventory knows about each node
+(workload kind, GPU facts or a declared GPU inventory, per-node config names) and what
+the cluster currently has (labels, taints); output is the exact label set and taint list
+our field manager applies. Everything is validated for *all* nodes before a plan is
+returned, so bad input is refused before anything reaches the API server.
+"""
+from __future__ import annotations
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _labels
+
+WORKLOADS = ("container", "vm-passthrough", "vm-vgpu")
+SANDBOX_MODES = ("kubevirt", "kata")
+DEPLOY = "nvidia.com/gpu.deploy."
+WORKLOAD_LABEL = "nvidia.com/gpu.workload.config"
+PRESENT_LABEL = "nvidia.com/gpu.present"
+DP_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+NFD_PRESENT = (
+    "feature.node.kubernetes.io/pci-10de.present",
+    "feature.node.kubernetes.io/pci-0302_10de.present",
+    "feature.node.kubernetes.io/pci-0300_10de.present",
+)
+#: product substrings the operator treats as MIG-capable when no mig.capable label exists
+MIG_PRODUCTS = ("A100", "A30", "H100", "H200", "H800", "H20", "GH200", "B200", "B300", "GB200", "GB300")
+DEFAULT_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+class PlanError(ValueError):
+    """Invalid inventory input; ``errors`` lists every problem found, one per line."""
+
+    def __init__(self, errors):
+        self.errors = list(errors)
+        super().__init__("; ".join(self.errors))
+
+
+def deploy_components(workload, mig_capable=False, vgpu_host=False, sandbox_mode="kubevirt"):
+    """Components the operator labels ``nvidia.com/gpu.deploy.<x>=true`` for a workload kind."""
+    if workload == "container":
+        comps = ["driver", "gpu-feature-discovery", "container-toolkit", "device-plugin", "dcgm",
+                 "dcgm-exporter", "node-status-exporter", "operator-validator", "client"]
+        if mig_capable and not vgpu_host:
+            comps.append("mig-manager")
+    elif workload == "vm-passthrough":
+        plugin = "kata-sandbox-device-plugin" if sandbox_mode == "kata" else "sandbox-device-plugin"
+        comps = [plugin, "sandbox-validator", "vfio-manager", "kata-manager", "cc-manager", "client"]
+    elif workload == "vm-vgpu":
+        comps = ["sandbox-device-plugin", "vgpu-manager", "vgpu-device-manager", "sandbox-validator",
+                 "cc-manager", "client"]
+    else:
+        raise PlanError(["unknown workload kind {!r} (expected one of {})".format(workload, ", ".join(WORKLOADS))])
+    return sorted(comps)
+
+
+def is_gpu_node(labels):
+    return any(labels.get(k) == "true" for k in NFD_PRESENT) or labels.get(PRESENT_LABEL) == "true"
+
+
+def is_mig_capable(labels):
+    if "nvidia.com/mig.capable" in labels:
+        return labels["nvidia.com/mig.capable"] == "true"
+    product = labels.get("nvidia.com/gpu.product", "")
+    return any(p in product for p in MIG_PRODUCTS)
+
+
+def labels_from_inventory(gpu):
+    """NFD + GFD labels from a declared GPU inventory (product/count/memory_mib/mig_capable/cc).
+
+    Used for nodes without a node root to read facts from; the label math is the same
+    one ``gpu_facts`` uses (module_utils/_labels.py).
+    """
+    if not gpu:
+        return {}
+    count = int(gpu.get("count", 1))
+    if count < 1:
+        raise PlanError(["gpu.count must be >= 1, got {!r}".format(gpu.get("count"))])
+    one = {
+        "product": gpu.get("product"),
+        "memory_mib": gpu.get("memory_mib"),
+        "compute_capability": gpu.get("compute_capability"),
+        "mig_capable": bool(gpu.get("mig_capable")),
+        "mode": gpu.get("mode", "compute"),
+    }
+    labels = {_labels.NFD + "pci-10de.present": "true"}
+    labels.update(_labels.gfd_labels([one] * count, driver_version=gpu.get("driver_version"),
+                                     cuda_version=gpu.get("cuda_version"), machine=gpu.get("machine")))
+    return labels
+
+
+def _workload_of(name, node, default_workload, errors):
+    wl = node.get("workload")
+    if wl is None or wl == "":
+        return default_workload
+    if isinstance(wl, (list, tuple)):
+        kinds = sorted(set(wl))
+        if len(kinds) > 1:
+            errors.append("{}: one GPU workload kind per node, got {}".format(name, ", ".join(kinds)))
+            return None
+        wl = kinds[0] if kinds else default_workload
+    if isinstance(wl, str) and "," in wl:
+        errors.append(f"{name}: one GPU workload kind per node, got {wl!r}")
+        return None
+    if wl not in WORKLOADS:
+        errors.append("{}: unknown GPU workload kind {!r} (expected one of {})".format(name, wl, ", ".join(WORKLOADS)))
+        return None
+    return wl
+
+
+def _merge_taints(current, ours, managed_keys):
+    """Others' taints kept in order, ours appended; our keys are replaced, never duplicated."""
+    kept = [t for t in (current or []) if t.get("key") not in managed_keys]
+    return kept + [dict(t) for t in ours]
+
+
+def node_plan(nodes, current=None, options=None):
+    """Desired labels and taints per node.
+
+    ``nodes``: list of dicts ``name``, ``workload`` (str, list, or None), ``labels`` (NFD/GFD
+    labels from gpu_facts), ``gpu`` (declared inventory, used when ``labels`` is empty),
+    ``device_plugin_config``, ``mig_config``, ``extra_labels``.
+    ``current``: ``{name: {"labels": {...}, "taints": [...]}}`` as the cluster has them.
+    ``options``: ``default_workload`` (container), ``sandbox_mode`` (kubevirt),
+    ``taint_gpu_nodes`` (True), ``taint`` (DEFAULT_TAINT), ``mig_strategy`` (single),
+    ``device_plugin_configs`` (name -> config, to label sharing), ``state`` (present|absent).
+
+    Returns ``{"nodes": [{name, labels, taints, workload, components}], "errors": []}``;
+    raises PlanError listing every invalid node.
+    """
+    opts = dict(options or {})
+    current = current or {}
+    state = opts.get("state", "present")
+    default_workload = opts.get("default_workload") or "container"
+    sandbox_mode = opts.get("sandbox_mode") or "kubevirt"
+    taint = dict(opts.get("taint") or DEFAULT_TAINT)
+    taint_on = opts.get("taint_gpu_nodes", True)
+    strategy = opts.get("mig_strategy", "single")
+    dp_configs = opts.get("device_plugin_configs") or {}
+    errors = []
+    if default_workload not in WORKLOADS:
+        errors.append("default workload kind {!r} is not one of {}".format(default_workload, ", ".join(WORKLOADS)))
+    if sandbox_mode not in SANDBOX_MODES:
+        errors.append("sandbox mode {!r} is not one of {}".format(sandbox_mode, ", ".join(SANDBOX_MODES)))
+    if strategy not in ("none", "single", "mixed"):
+        errors.append(f"unknown MIG strategy {strategy!r} (expected none, single or mixed)")
+    seen = set()
+    plan = []
+    for node in nodes:
+        name = node.get("name")
+        if not name:
+            errors.append("a node has no name")
+            continue
+        if name in seen:
+            errors.append(f"{name}: listed twice")
+            continue
+        seen.add(name)
+        have = current.get(name) or {}
+        have_labels = have.get("labels") or {}
+        facts = dict(node.get("labels") or {})
+        if not facts and node.get("gpu"):
+            try:
+                facts = labels_from_inventory(node["gpu"])
+            except PlanError as e:
+                errors.extend(f"{name}: {m}" for m in e.errors)
+                continue
+        gpu = is_gpu_node(facts)
+        workload = _workload_of(name, node, default_workload, errors) if gpu else None
+        if gpu and workload is None:
+            continue
+        if not gpu and node.get("workload"):
+            errors.append("{}: GPU workload {!r} set on a node without NVIDIA GPUs".format(name, node["workload"]))
+            continue
+        labels = {}
+        comps = []
+        if state == "present":
+            labels.update(facts)
+            labels.update(node.get("extra_labels") or {})
+        if state == "present" and gpu:
+            labels[PRESENT_LABEL] = "true"
+            labels[WORKLOAD_LABEL] = workload
+            mig_capable = is_mig_capable(facts)
+            vgpu_host = "nvidia.com/vgpu.host-driver-version" in facts
+            comps = deploy_components(workload, mig_capable, vgpu_host, sandbox_mode)
+            if have_labels.get(DEPLOY + "operands") == "false":
+                comps = []
+            for c in comps:
+                # the operator honours an existing non-empty value (=false, paused-for-...)
+                labels[DEPLOY + c] = have_labels.get(DEPLOY + c) or "true"
+            if workload == "container":
+                if strategy != "none" and mig_capable:
+                    labels[MIG_STRATEGY_LABEL] = strategy
+                dpc = node.get("device_plugin_config")
+                if dpc:
+                    if dp_configs and dpc not in dp_configs:
+                        errors.append("{}: device plugin config {!r} is not defined (have: {})".format(name, dpc, ", ".join(sorted(dp_configs))))
+                        continue
+                    labels[DP_CONFIG_LABEL] = dpc
+                    labels.update(_sharing_labels(labels, dp_configs.get(dpc)))
+                mig = node.get("mig_config")
+                if mig:
+                    if not mig_capable:
+                        errors.append(f"{name}: MIG config {mig!r} on a node without MIG-capable GPUs")
+                        continue
+                    labels[MIG_CONFIG_LABEL] = mig
+            elif node.get("device_plugin_config") or node.get("mig_config"):
+                errors.append(f"{name}: device plugin / MIG configs apply to container nodes, not {workload}")
+                continue
+        ours = [taint] if (state == "present" and gpu and taint_on) else []
+        taints = _merge_taints(have.get("taints"), ours, {taint["key"]})
+        plan.append({"name": name, "labels": labels, "taints": taints, "workload": workload,
+                     "gpu": gpu, "components": comps})
+    if errors:
+        raise PlanError(errors)
+    return {"nodes": plan}
+
+
+def _sharing_labels(labels, config):
+    """GFD's view of a shared GPU: replicas, strategy, -SHARED product suffix."""
+    if not config:
+        return {}
+    sharing = (config.get("sharing") or {})
+    for strategy, key in (("time-slicing", "timeSlicing"), ("mps", "mps")):
+        spec = sharing.get(key)
+        if not spec:
+            continue
+        for res in spec.get("resources") or []:
+            if res.get("name") == "nvidia.com/gpu":
+                out = {"nvidia.com/gpu.replicas": str(res.get("replicas")),
+                       "nvidia.com/gpu.sharing-strategy": strategy}
+                product = labels.get("nvidia.com/gpu.product")
+                if product and not spec.get("renameByDefault") and not product.endswith("-SHARED"):
+                    out["nvidia.com/gpu.product"] = product + "-SHARED"
+                return out
+    return {}
+
+
+def node_objects(plan, field_manager_labels_only=False):
+    """Partial Node manifests for server-side apply (labels + taints only)."""
+    out = []
+    for n in plan["nodes"]:
+        obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n["name"], "labels": n["labels"]}}
+        if not field_manager_labels_only:
+            obj["spec"] = {"taints": n["taints"]}
+        out.append(obj)
+    return out
+
+
+def placement(plan):
+    """{component: sorted node names} — where each deploy label says a component goes."""
+    out = {}
+    for n in plan["nodes"]:
+        for c in n["components"]:
+            if n["labels"].get(DEPLOY + c) == "true":
+                out.setdefault(c, []).append(n["name"])
+    return {k: sorted(v) for k, v in sorted(out.items())}

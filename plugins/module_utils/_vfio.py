@@ -1,0 +1,304 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Whole-IOMMU-group vfio-pci planning and binding.
+
+PRIVATE: may change at any time; not for use outside gpuops.nvidia.
+
+The planner is pure (sysfs snapshot in, plan out) so unit tests drive it over
+synthetic trees; :func:`apply_binding` performs the sysfs writes for one function.
+Persistence is per BDF: a udev rule sets ``driver_override=vfio-pci`` on the
+function's ``add`` event (before ``80-drivers.rules`` loads any native driver) and
+re-probes it, so only the chosen functions are claimed -- unlike ``vfio-pci.ids``,
+which takes every device with the same ID.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import (
+    NVIDIA_VENDOR,
+    is_bridge,
+    normalize_bdf,
+    read_iommu_groups,
+    read_pci_devices,
+    sysfs_path,
+)
+
+VFIO_DRIVER = "vfio-pci"
+ID_RE = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{4})$")
+ALL_NVIDIA = "all_nvidia"
+
+STATE_FILE = "/etc/gpuops/vfio-pci.json"
+UDEV_RULES = "/etc/udev/rules.d/40-gpuops-vfio-pci.rules"
+MODULES_LOAD = "/etc/modules-load.d/gpuops-vfio-pci.conf"
+MODPROBE_CONF = "/etc/modprobe.d/gpuops-vfio-pci.conf"
+HEADER = "# Managed by gpuops.nvidia.vfio_pci -- do not edit.\n"
+#: native drivers that must never win the race against vfio-pci on boot
+SOFTDEP_DRIVERS = ("nvidia", "nouveau", "nvidiafb", "snd_hda_intel", "xhci_pci", "i2c_nvidia_gpu")
+
+
+class VfioError(Exception):
+    """Bad input or a host state that makes the request unsafe; nothing was changed."""
+
+
+def iommu_active(root, groups=None):
+    """True when the running kernel has IOMMU groups (IOMMU on and a driver bound)."""
+    if groups is None:
+        groups = read_iommu_groups(root)
+    return bool(groups)
+
+
+def resolve_requested(devices, by_bdf):
+    """Turn the user's ``devices`` list into BDFs.  Raises VfioError on bad input."""
+    out = []
+    bad, missing = [], []
+    for item in devices:
+        item = str(item).strip()
+        if item == ALL_NVIDIA:
+            found = [b for b, d in by_bdf.items()
+                     if d.get("vendor_id") == NVIDIA_VENDOR and (d.get("class_id") or "").startswith("03")]
+            if not found:
+                raise VfioError("devices: all_nvidia requested but this host has no NVIDIA GPU (class 0x03xx, vendor 10de)")
+            out.extend(sorted(found))
+            continue
+        m = ID_RE.match(item)
+        if m:
+            vendor, device = m.group(1).lower(), m.group(2).lower()
+            found = sorted(b for b, d in by_bdf.items() if d.get("vendor_id") == vendor and d.get("device_id") == device)
+            if not found:
+                missing.append(item)
+            out.extend(found)
+            continue
+        bdf = normalize_bdf(item)
+        if bdf is None:
+            bad.append(item)
+        elif bdf not in by_bdf:
+            missing.append(item)
+        else:
+            out.append(bdf)
+    if bad:
+        raise VfioError("malformed device(s) %s: use a PCI address like 0000:41:00.0 (or 41:00.0), "
+                        "a vendor:device ID like 10de:2335, or all_nvidia" % ", ".join(repr(b) for b in bad))
+    if missing:
+        raise VfioError("device(s) not present on this host: %s (see lspci -Dnn)" % ", ".join(missing))
+    seen = []
+    for b in out:
+        if b not in seen:
+            seen.append(b)
+    return seen
+
+
+def _describe(dev):
+    return "%s [%s class %s, driver %s]" % (dev["bdf"], dev.get("pci_id"), dev.get("class_id"), dev.get("driver") or "none")
+
+
+def is_nvidia_companion(dev):
+    """An NVIDIA function that travels with its GPU (HDMI audio, USB-C, UCSI, ...)."""
+    return dev.get("vendor_id") == NVIDIA_VENDOR
+
+
+def expand_groups(requested, by_bdf, groups, include_group_members):
+    """Every endpoint function in the requested functions' IOMMU groups.
+
+    Returns ``(selected_bdfs, {group: [bdfs]})``.  Raises VfioError when the IOMMU
+    is off, when a group holds a foreign function that was not requested (unless
+    ``include_group_members``), or when a selected function is the boot VGA device.
+    """
+    if not groups:
+        raise VfioError("IOMMU is not active on this host (/sys/kernel/iommu_groups is empty): enable VT-d/AMD-Vi "
+                        "in firmware and add intel_iommu=on (or amd_iommu=on) iommu=pt to the kernel command line "
+                        "(gpuops.nvidia.kernel_cmdline), reboot, then bind")
+    selected, by_group = [], {}
+    for bdf in requested:
+        group = by_bdf[bdf].get("iommu_group")
+        if group is None:
+            raise VfioError("%s is in no IOMMU group although the IOMMU is active; it cannot be passed through" % bdf)
+        members = [m for m in groups.get(group, []) if m in by_bdf and not is_bridge(by_bdf[m].get("class_id"))]
+        foreign = [m for m in members if m not in requested and not is_nvidia_companion(by_bdf[m])]
+        if foreign and not include_group_members:
+            raise VfioError(
+                "IOMMU group %s of %s also holds %s, which was not requested and is not an NVIDIA function; a VM "
+                "can only own a whole group. Request it too, or set include_group_members: true to move it with "
+                "the GPU" % (group, bdf, ", ".join(_describe(by_bdf[m]) for m in foreign)))
+        by_group.setdefault(group, [])
+        for m in members:
+            if m not in selected:
+                selected.append(m)
+            if m not in by_group[group]:
+                by_group[group].append(m)
+    vga = [b for b in selected if by_bdf[b].get("boot_vga")]
+    if vga:
+        raise VfioError("%s is the boot VGA device (it drives the host console); refusing to hand it to vfio-pci. "
+                        "Pass through another GPU, or move the console to another adapter in firmware first" % ", ".join(vga))
+    return sorted(selected), by_group
+
+
+def load_state(text):
+    """Parse the module's state file (``{"devices": {bdf: {...}}}``)."""
+    if not text:
+        return {"devices": {}}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {"devices": {}}
+    if not isinstance(data, dict) or not isinstance(data.get("devices"), dict):
+        return {"devices": {}}
+    return data
+
+
+def dump_state(state):
+    return json.dumps(state, indent=2, sort_keys=True) + "\n"
+
+
+def render_udev_rules(persistent_bdfs):
+    if not persistent_bdfs:
+        return None
+    lines = [HEADER.rstrip("\n"),
+             "# Per-function vfio-pci claim at boot: set driver_override before 80-drivers.rules",
+             "# loads a native driver, load vfio-pci, and (re)probe the function."]
+    for bdf in sorted(persistent_bdfs):
+        lines.append('ACTION=="add", SUBSYSTEM=="pci", KERNEL=="%s", ATTR{driver_override}="%s", '
+                     'RUN{builtin}+="kmod load vfio-pci", '
+                     'RUN+="/bin/sh -c \'echo %%k > /sys/bus/pci/drivers_probe\'"' % (bdf, VFIO_DRIVER))
+    return "\n".join(lines) + "\n"
+
+
+def render_modules_load(persistent_bdfs):
+    if not persistent_bdfs:
+        return None
+    return HEADER + "vfio\nvfio_iommu_type1\nvfio_pci\n"
+
+
+def render_modprobe(persistent_bdfs):
+    if not persistent_bdfs:
+        return None
+    return HEADER + "".join("softdep %s pre: vfio-pci\n" % d for d in SOFTDEP_DRIVERS)
+
+
+def plan(root, devices, state, include_group_members=False, persistent=True, current_state_text=None,
+         allow_iommu_off=False):
+    """Compute what must move and which files must hold what.
+
+    Returns a dict::
+
+        {"selected": [bdf...], "groups": {g: [bdf...]},
+         "actions": [{"bdf", "from", "to", "group"}...],   # runtime driver changes
+         "state": <new state-file dict>,
+         "files": {path: content-or-None}}                # None = file must be absent
+    """
+    by_bdf = {d["bdf"]: d for d in read_pci_devices(root)}
+    groups = read_iommu_groups(root)
+    requested = resolve_requested(devices, by_bdf)
+    old = load_state(current_state_text)
+    new = {"devices": dict(old["devices"])}
+    actions = []
+    if state == "present" and allow_iommu_off and not groups:
+        # validation only (before the kernel arguments take effect): what can be checked without groups
+        vga = [b for b in requested if by_bdf[b].get("boot_vga")]
+        if vga:
+            raise VfioError("%s is the boot VGA device (it drives the host console); refusing to hand it to "
+                            "vfio-pci" % ", ".join(vga))
+        return {"selected": requested, "groups": {}, "actions": [], "state": old, "files": {}, "deferred": True}
+    if state == "present":
+        selected, by_group = expand_groups(requested, by_bdf, groups, include_group_members)
+        for bdf in selected:
+            dev = by_bdf[bdf]
+            prev = old["devices"].get(bdf, {})
+            original = prev.get("original_driver") if prev else (None if dev.get("driver") == VFIO_DRIVER else dev.get("driver"))
+            new["devices"][bdf] = {"original_driver": original, "persistent": bool(persistent),
+                                   "iommu_group": dev.get("iommu_group"), "pci_id": dev.get("pci_id")}
+            if dev.get("driver") != VFIO_DRIVER or dev.get("driver_override") != VFIO_DRIVER:
+                actions.append({"bdf": bdf, "group": dev.get("iommu_group"), "from": dev.get("driver"), "to": VFIO_DRIVER})
+    else:
+        # absent: no IOMMU needed; move back every function of the groups we hold (or the requested ones).
+        selected, by_group = [], {}
+        for bdf in requested:
+            group = by_bdf[bdf].get("iommu_group")
+            members = [m for m in groups.get(group, []) if m in by_bdf and not is_bridge(by_bdf[m].get("class_id"))] if group else []
+            for m in members or [bdf]:
+                if m not in selected and (m == bdf or m in old["devices"] or by_bdf[m].get("driver") == VFIO_DRIVER):
+                    selected.append(m)
+                    by_group.setdefault(group, []).append(m)
+        selected.sort()
+        for bdf in selected:
+            dev = by_bdf[bdf]
+            prev = new["devices"].pop(bdf, None) or {}
+            if dev.get("driver") == VFIO_DRIVER or dev.get("driver_override") == VFIO_DRIVER:
+                actions.append({"bdf": bdf, "group": dev.get("iommu_group"), "from": dev.get("driver"),
+                                "to": prev.get("original_driver")})
+    persistent_bdfs = [b for b, d in new["devices"].items() if d.get("persistent")]
+    files = {
+        STATE_FILE: dump_state(new) if new["devices"] else None,
+        UDEV_RULES: render_udev_rules(persistent_bdfs),
+        MODULES_LOAD: render_modules_load(persistent_bdfs),
+        MODPROBE_CONF: render_modprobe(persistent_bdfs),
+    }
+    return {"selected": selected, "groups": by_group, "actions": actions, "state": new, "files": files, "deferred": False}
+
+
+# --- runtime binding (sysfs writes) ----------------------------------------------
+
+def _write(path, value):
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _driver_of(root, bdf):
+    try:
+        return os.path.basename(os.readlink(sysfs_path(root, "sys/bus/pci/devices", bdf, "driver")))
+    except OSError:
+        return None
+
+
+def bind_vfio(root, bdf, ensure_module):
+    """driver_override=vfio-pci, unbind the current driver, probe; verify."""
+    dev = sysfs_path(root, "sys/bus/pci/devices", bdf)
+    if not os.path.isdir(sysfs_path(root, "sys/bus/pci/drivers", VFIO_DRIVER)):
+        ensure_module("vfio-pci")
+    _write(os.path.join(dev, "driver_override"), VFIO_DRIVER)
+    current = _driver_of(root, bdf)
+    if current and current != VFIO_DRIVER:
+        _write(os.path.join(dev, "driver", "unbind"), bdf)
+    if _driver_of(root, bdf) != VFIO_DRIVER:
+        _write(sysfs_path(root, "sys/bus/pci/drivers_probe"), bdf)
+    return _wait_driver(root, bdf, VFIO_DRIVER)
+
+
+def unbind_vfio(root, bdf, original_driver):
+    """Clear driver_override, leave vfio-pci, give the function back to its old driver (or the default)."""
+    dev = sysfs_path(root, "sys/bus/pci/devices", bdf)
+    _write(os.path.join(dev, "driver_override"), "\n")
+    if _driver_of(root, bdf) == VFIO_DRIVER:
+        _write(os.path.join(dev, "driver", "unbind"), bdf)
+    if original_driver and os.path.isdir(sysfs_path(root, "sys/bus/pci/drivers", original_driver)):
+        try:
+            _write(sysfs_path(root, "sys/bus/pci/drivers", original_driver, "bind"), bdf)
+        except OSError:
+            _write(sysfs_path(root, "sys/bus/pci/drivers_probe"), bdf)
+    else:
+        try:
+            _write(sysfs_path(root, "sys/bus/pci/drivers_probe"), bdf)
+        except OSError:
+            pass  # no driver wants it: "no driver" is the default state
+    return _wait_driver(root, bdf, original_driver, strict=False)
+
+
+def _wait_driver(root, bdf, wanted, strict=True, timeout=5.0):
+    deadline = time.time() + timeout
+    while True:
+        got = _driver_of(root, bdf)
+        if got == wanted or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    if strict and got != wanted:
+        raise VfioError("%s: expected driver %s after binding, found %s" % (bdf, wanted, got or "none"))
+    return got
+
+
+def vfio_dev_nodes(root, groups):
+    """``{group: path}`` of /dev/vfio/<group> for the given groups that exist."""
+    return {g: sysfs_path(root, "dev/vfio", str(g)) for g in groups if os.path.exists(sysfs_path(root, "dev/vfio", str(g)))}

@@ -1,0 +1,233 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: cdi_spec
+short_description: Generate the CDI spec for the NVIDIA GPUs of a host
+version_added: 0.1.0
+description:
+  - Writes a Container Device Interface spec (C(kind nvidia.com/gpu)) describing the host's GPUs,
+    like C(nvidia-ctk cdi generate) does, without needing the toolkit binaries.
+  - Devices are named by index (C(0), C(1)), UUID and C(all); a GPU in MIG mode is exposed through its
+    MIG devices (C(<gpu>:<mig>) and C(MIG-...) UUIDs).
+  - Container edits carry the control device nodes, the driver libraries (C(lib*.so.<driver version>)
+    next to C(libcuda)), the utility binaries, firmware and IPC sockets found on the host, and the
+    C(nvidia-cdi-hook) hooks when that binary (or C(nvidia-ctk)) exists.
+  - The spec declares the lowest C(cdiVersion) that can express it.
+  - GPU UUIDs and MIG devices come from NVML (C(pynvml)) when it is importable, otherwise from
+    C(/proc/driver/nvidia) (MIG devices are then named by index only).
+  - The file is written only when its content differs.
+author:
+  - gpuops.nvidia contributors (@gpuops)
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: full
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
+    support: full
+    details: The output is deterministic for a given host state.
+options:
+  path:
+    description:
+      - Where to write the spec. C(.json) writes JSON, anything else YAML.
+      - Use C(/etc/cdi) for a static spec or C(/var/run/cdi) for one regenerated at boot.
+    type: path
+    default: /etc/cdi/nvidia.yaml
+  state:
+    description: C(absent) removes the spec file.
+    type: str
+    choices: [present, absent]
+    default: present
+  root:
+    description:
+      - Directory under which the host is read (C(/dev), C(/proc/driver/nvidia), library, binary and
+        firmware directories). Paths in the spec are written without this prefix.
+    type: path
+    default: /
+  source:
+    description: Where GPUs are enumerated from. C(auto) uses NVML when C(pynvml) imports, else C(/proc).
+    type: str
+    choices: [auto, nvml, proc]
+    default: auto
+  device_name_strategy:
+    description: Device names to generate.
+    type: list
+    elements: str
+    choices: [index, uuid]
+    default: [index, uuid]
+  all_device:
+    description: Also generate the C(all) device.
+    type: bool
+    default: true
+  library_dirs:
+    description: Directories searched (in order) for C(libcuda.so.<driver version>).
+    type: list
+    elements: path
+  bin_dirs:
+    description: Directories searched for C(nvidia-smi) and the other utility binaries.
+    type: list
+    elements: path
+  hook_path:
+    description: C(nvidia-cdi-hook) (or C(nvidia-ctk)) used for hooks. Found automatically when unset.
+    type: path
+  mode:
+    description: File mode of the spec.
+    type: raw
+    default: '0644'
+  backup:
+    description: Keep a timestamped copy of the previous spec.
+    type: bool
+    default: false
+notes:
+  - Supports Python 3.8+ on the target with the standard library only; C(pynvml) is optional.
+seealso:
+  - module: gpuops.nvidia.container_runtime
+"""
+
+EXAMPLES = r"""
+- name: Static CDI spec for the GPUs of this host
+  gpuops.nvidia.cdi_spec:
+    path: /etc/cdi/nvidia.yaml
+
+- name: Spec as JSON, UUID names only
+  gpuops.nvidia.cdi_spec:
+    path: /var/run/cdi/nvidia.json
+    device_name_strategy: [uuid]
+"""
+
+RETURN = r"""
+path:
+  description: The spec file.
+  returned: always
+  type: str
+  sample: /etc/cdi/nvidia.yaml
+cdi_version:
+  description: cdiVersion written into the spec.
+  returned: when O(state=present)
+  type: str
+  sample: 0.5.0
+devices:
+  description: Device names in the spec.
+  returned: when O(state=present)
+  type: list
+  elements: str
+  sample: ["0", "GPU-0b231366-65a0-0fb7-6602-4823e36b7ca8", "all"]
+driver_version:
+  description: NVIDIA driver version found.
+  returned: when O(state=present)
+  type: str
+  sample: 580.159.04
+library_dir:
+  description: Directory holding the driver libraries mounted into containers.
+  returned: when O(state=present)
+  type: str
+  sample: /usr/lib/x86_64-linux-gnu
+hook:
+  description: Hook binary used, or null when the spec has no hooks.
+  returned: when O(state=present)
+  type: str
+source:
+  description: Where GPUs were enumerated from (C(nvml) or C(proc)).
+  returned: when O(state=present)
+  type: str
+spec:
+  description: The generated spec.
+  returned: when O(state=present)
+  type: dict
+backup_file:
+  description: Backup of the previous spec.
+  returned: when O(backup=true) and the spec changed
+  type: str
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import CdiError, build_spec, gpus_from_nvml, render
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import ensure_file, remove_file
+
+try:
+    import pynvml
+    HAS_PYNVML = True
+    PYNVML_ERR = None
+except ImportError:
+    pynvml = None
+    HAS_PYNVML = False
+    PYNVML_ERR = traceback.format_exc()
+
+
+def argument_spec():
+    return dict(
+        path=dict(type="path", default="/etc/cdi/nvidia.yaml"),
+        state=dict(type="str", default="present", choices=["present", "absent"]),
+        root=dict(type="path", default="/"),
+        source=dict(type="str", default="auto", choices=["auto", "nvml", "proc"]),
+        device_name_strategy=dict(type="list", elements="str", choices=["index", "uuid"], default=["index", "uuid"]),
+        all_device=dict(type="bool", default=True),
+        library_dirs=dict(type="list", elements="path"),
+        bin_dirs=dict(type="list", elements="path"),
+        hook_path=dict(type="path"),
+        mode=dict(type="raw", default="0644"),
+        backup=dict(type="bool", default=False),
+    )
+
+
+def _mode(module):
+    m = module.params["mode"]
+    try:
+        return int(m, 8) if isinstance(m, str) else int(m)
+    except ValueError:
+        module.fail_json(msg="mode must be an octal string such as '0644', got %r" % (m,))
+
+
+def run(module):
+    p = module.params
+    if p["state"] == "absent":
+        return remove_file(module, p["path"], backup=p["backup"])
+    if not p["device_name_strategy"] and not p["all_device"]:
+        module.fail_json(msg="device_name_strategy is empty and all_device is false: the spec would have no device")
+    mode = _mode(module)
+    source = p["source"]
+    if source == "nvml" and not HAS_PYNVML:
+        module.fail_json(msg=missing_required_lib("pynvml (nvidia-ml-py)"), exception=PYNVML_ERR)
+    gpus = None
+    used = "proc"
+    if source in ("auto", "nvml") and HAS_PYNVML and p["root"] in ("/", ""):
+        try:
+            gpus = gpus_from_nvml(pynvml, p["root"])
+            used = "nvml"
+        except Exception as e:  # NVML present but unusable (no driver, no GPU)
+            if source == "nvml":
+                module.fail_json(msg="NVML failed: %s" % e)
+            gpus = None
+    try:
+        spec, info = build_spec(root=p["root"], gpus=gpus, naming=tuple(p["device_name_strategy"]),
+                                library_dirs=p["library_dirs"], bin_dirs=p["bin_dirs"],
+                                hook_path=p["hook_path"], all_device=p["all_device"])
+    except CdiError as e:
+        module.fail_json(msg=str(e))
+    for w in info["warnings"]:
+        module.warn(w)
+    result = ensure_file(module, p["path"], render(spec, p["path"]), mode=mode, backup=p["backup"])
+    result.update(cdi_version=spec["cdiVersion"], devices=info["device_names"], driver_version=info["driver_version"],
+                  library_dir=info["library_dir"], hook=info["hook"], source=used, spec=spec)
+    return result
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    module.exit_json(**run(module))
+
+
+if __name__ == "__main__":
+    main()

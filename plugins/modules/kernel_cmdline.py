@@ -1,0 +1,260 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: kernel_cmdline
+short_description: Ensure kernel command-line arguments are present or absent in the boot loader configuration
+version_added: 0.1.0
+description:
+  - Adds or removes kernel arguments such as V(intel_iommu=on), V(iommu=pt) or V(vfio-pci.ids=10de:2335)
+    idempotently, for the next boot.
+  - Debian/Ubuntu GRUB gets a drop-in under C(/etc/default/grub.d/) owned by this module, then C(update-grub)
+    (or C(grub-mkconfig)); C(/etc/default/grub) itself is never rewritten.
+  - RHEL-family hosts with BLS entries use C(grubby --update-kernel=ALL).
+  - systemd-boot hosts get C(/etc/kernel/cmdline) edited, then C(kernel-install add) for the running kernel.
+  - Returns RV(reboot_required) by comparing the requested state with the running C(/proc/cmdline).
+author:
+  - gpuops.nvidia contributors (@gpuops)
+options:
+  args:
+    description:
+      - Kernel arguments, V(key) or V(key=value). With O(state=present) an existing value of the same key is replaced.
+      - With O(state=absent) a bare V(key) removes the key with any value; V(key=value) removes only that value.
+    type: list
+    elements: str
+    required: true
+  state:
+    description: Whether the arguments must be present or absent.
+    type: str
+    choices: [present, absent]
+    default: present
+  bootloader:
+    description: Boot loader backend; V(auto) detects it.
+    type: str
+    choices: [auto, grub, grubby, systemd-boot]
+    default: auto
+  update_bootloader:
+    description: Regenerate the boot loader configuration after a change (C(update-grub), C(kernel-install)).
+    type: bool
+    default: true
+  backup:
+    description: Keep a timestamped copy of a file before changing it.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Computes the new configuration and RV(reboot_required) without writing or running any tool that changes state.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: full
+    details: Shows the drop-in or C(/etc/kernel/cmdline) change, or the configured command line for grubby.
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
+    support: full
+    details: A second run with the same arguments reports no change.
+notes:
+  - Requires root on the target. Python standard library only.
+  - The GRUB backend refuses to remove an argument that is set outside its drop-in (it says which file to edit).
+    An argument whose key has another value in C(/etc/default/grub) (say V(intel_iommu=off)) is overridden;
+    the drop-in's value comes later on the command line, and the kernel honours the last occurrence.
+seealso:
+  - module: gpuops.nvidia.vfio_pci
+"""
+
+EXAMPLES = r"""
+- name: Turn the IOMMU on for VM passthrough
+  gpuops.nvidia.kernel_cmdline:
+    args: [intel_iommu=on, iommu=pt]
+  register: cmdline
+
+- name: Remove the arguments again
+  gpuops.nvidia.kernel_cmdline:
+    args: [intel_iommu, iommu=pt]
+    state: absent
+"""
+
+RETURN = r"""
+bootloader:
+  description: Backend used.
+  returned: always
+  type: str
+  sample: grub
+configured:
+  description: The command-line arguments configured for the next boot (after the change).
+  returned: success
+  type: list
+  elements: str
+  sample: ["console=ttyS0,115200", "intel_iommu=on", "iommu=pt"]
+running:
+  description: Arguments of the running kernel (C(/proc/cmdline)).
+  returned: success
+  type: list
+  elements: str
+unmet:
+  description: Requested arguments the running kernel does not honour yet.
+  returned: success
+  type: list
+  elements: str
+  sample: ["intel_iommu=on"]
+reboot_required:
+  description: True when the running kernel's command line does not satisfy the request.
+  returned: success
+  type: bool
+path:
+  description: File that holds the managed arguments (GRUB drop-in or /etc/kernel/cmdline).
+  returned: when the backend uses a file
+  type: str
+backup_file:
+  description: Backup taken when O(backup=true) and the file changed.
+  returned: when a backup was taken
+  type: str
+"""
+
+import glob
+import os
+import re
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import ensure_file, read_text, remove_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils._kernel_cmdline import (
+    GRUB_DROPIN,
+    SYSTEMD_BOOT_CMDLINE,
+    CmdlineError,
+    apply_args,
+    detect_bootloader,
+    overridden,
+    plan_cmdline_file,
+    plan_grub,
+    split_cmdline,
+    unmet,
+    validate_args,
+)
+
+GRUB_BASE_SCRIPT = r"""
+[ -f /etc/default/grub ] && . /etc/default/grub
+for f in /etc/default/grub.d/*.cfg; do
+  [ "$f" = "$1" ] && continue
+  [ -e "$f" ] && . "$f"
+done
+printf '%s %s' "$GRUB_CMDLINE_LINUX" "$GRUB_CMDLINE_LINUX_DEFAULT"
+"""
+
+
+def argument_spec():
+    return dict(
+        args=dict(type="list", elements="str", required=True),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        bootloader=dict(type="str", choices=["auto", "grub", "grubby", "systemd-boot"], default="auto"),
+        update_bootloader=dict(type="bool", default=True),
+        backup=dict(type="bool", default=False),
+    )
+
+
+def _run(module, cmd):
+    rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.fail_json(msg="%s failed (rc=%d): %s" % (" ".join(cmd), rc, (err or out).strip()))
+    return out
+
+
+def do_grub(module, args, state):
+    base = split_cmdline(_run(module, ["/bin/sh", "-c", GRUB_BASE_SCRIPT, "sh", GRUB_DROPIN]))
+    if state == "present":
+        for arg in overridden(base, args):
+            module.warn("%s overrides another value of the same key in /etc/default/grub (the later one wins)" % arg)
+    new_text, configured = plan_grub(read_text(GRUB_DROPIN), base, args, state)
+    if new_text is None:
+        r = remove_file(module, GRUB_DROPIN, backup=module.params["backup"])
+    else:
+        r = ensure_file(module, GRUB_DROPIN, new_text, mode=0o644, backup=module.params["backup"])
+    if r["changed"] and not module.check_mode and module.params["update_bootloader"]:
+        tool = module.get_bin_path("update-grub")
+        if tool:
+            _run(module, [tool])
+        else:
+            mk = module.get_bin_path("grub-mkconfig") or module.get_bin_path("grub2-mkconfig", required=True)
+            cfg = "/boot/grub2/grub.cfg" if os.path.exists("/boot/grub2") else "/boot/grub/grub.cfg"
+            _run(module, [mk, "-o", cfg])
+    return r, configured
+
+
+def do_grubby(module, args, state):
+    grubby = module.get_bin_path("grubby", required=True)
+    info = _run(module, [grubby, "--info=DEFAULT"])
+    m = re.search(r'^args="?(.*?)"?$', info, re.M)
+    current = split_cmdline(m.group(1) if m else "")
+    configured = apply_args(current, args, state)
+    r = {"changed": configured != current}
+    if module._diff:
+        r["diff"] = {"before": " ".join(current) + "\n", "after": " ".join(configured) + "\n",
+                     "before_header": "grubby DEFAULT args", "after_header": "grubby DEFAULT args"}
+    if r["changed"] and not module.check_mode:
+        if state == "present":
+            _run(module, [grubby, "--update-kernel=ALL", "--args=%s" % " ".join(args)])
+        else:
+            _run(module, [grubby, "--update-kernel=ALL", "--remove-args=%s" % " ".join(args)])
+    return r, configured
+
+
+def do_systemd_boot(module, args, state):
+    text = read_text(SYSTEMD_BOOT_CMDLINE)
+    if text is None:
+        text = read_text("/proc/cmdline") or ""
+        text = " ".join(t for t in split_cmdline(text) if not t.startswith(("BOOT_IMAGE=", "initrd="))) + "\n"
+    new_text, configured = plan_cmdline_file(text, args, state)
+    r = ensure_file(module, SYSTEMD_BOOT_CMDLINE, new_text, mode=0o644, backup=module.params["backup"])
+    if r["changed"] and not module.check_mode and module.params["update_bootloader"]:
+        ki = module.get_bin_path("kernel-install", required=True)
+        kver = os.uname()[2]
+        images = [p for p in ("/lib/modules/%s/vmlinuz" % kver, "/boot/vmlinuz-%s" % kver) if os.path.exists(p)]
+        images += glob.glob("/usr/lib/modules/%s/vmlinuz" % kver)
+        if not images:
+            module.fail_json(msg="no kernel image for %s to pass to kernel-install" % kver)
+        _run(module, [ki, "add", kver, images[0]])
+    return r, configured
+
+
+def run(module):
+    p = module.params
+    try:
+        validate_args(p["args"])
+    except CmdlineError as exc:
+        module.fail_json(msg=str(exc))
+    bootloader = p["bootloader"]
+    if bootloader == "auto":
+        bootloader = detect_bootloader("/", module.get_bin_path)
+        if bootloader is None:
+            module.fail_json(msg="cannot tell which boot loader this host uses (no update-grub/grub-mkconfig with "
+                                 "/etc/default/grub, no grubby with BLS entries, no systemd-boot); set bootloader")
+    handler = {"grub": do_grub, "grubby": do_grubby, "systemd-boot": do_systemd_boot}[bootloader]
+    try:
+        r, configured = handler(module, p["args"], p["state"])
+    except CmdlineError as exc:
+        module.fail_json(msg=str(exc), bootloader=bootloader)
+    running = split_cmdline(read_text("/proc/cmdline") or "")
+    pending = unmet(running, p["args"], p["state"])
+    result = dict(changed=r["changed"], bootloader=bootloader, configured=configured, running=running,
+                  unmet=pending, reboot_required=bool(pending))
+    if r.get("path"):
+        result["path"] = r["path"]
+    if r.get("backup_file"):
+        result["backup_file"] = r["backup_file"]
+    if module._diff and r.get("diff"):
+        result["diff"] = r["diff"]
+    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    run(module)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vfio_pci
+short_description: Bind whole IOMMU groups of PCI functions to vfio-pci, persistently
+version_added: 0.1.0
+description:
+  - Hands PCI functions (typically NVIDIA GPUs) to C(vfio-pci) for VM passthrough, the job of the
+    GPU Operator's vfio-manager, with whole-IOMMU-group semantics.
+  - Every endpoint function in the IOMMU group of a requested device moves with it. A group member that was
+    not requested and is not an NVIDIA function (a GPU's HDMI audio or USB-C functions are) makes the module
+    fail unless O(include_group_members=true).
+  - Binding uses C(driver_override), unbind and C(drivers_probe) in sysfs; nothing is reloaded.
+  - With O(persistent=true) the binding survives reboot per PCI address (a udev rule that sets
+    C(driver_override) before any native driver loads), so only some of several identical GPUs can be passed
+    through, which C(vfio-pci.ids) cannot do. vfio modules are loaded at boot, C(vfio-pci) is ordered before
+    C(nvidia)/C(nouveau) with C(softdep), and the initramfs is updated when that ordering changes.
+  - Refuses, before changing anything, malformed or absent devices, the boot VGA device, foreign group members
+    and hosts whose IOMMU is off.
+author:
+  - gpuops.nvidia contributors (@gpuops)
+options:
+  devices:
+    description:
+      - PCI addresses (V(0000:41:00.0) or V(41:00.0)), C(vendor:device) IDs (V(10de:2335), every match) or
+        V(all_nvidia) (every NVIDIA display-class function).
+    type: list
+    elements: str
+    required: true
+  state:
+    description:
+      - V(present) binds the devices' groups to vfio-pci; V(absent) gives them back to the driver they had
+        before (recorded by this module) or to whatever driver the kernel picks, and removes persistence.
+    type: str
+    choices: [present, absent]
+    default: present
+  persistent:
+    description: Make the binding survive reboot (udev rule, modules-load.d, modprobe.d softdep).
+    type: bool
+    default: true
+  include_group_members:
+    description: Also move group members that were not requested and are not NVIDIA functions.
+    type: bool
+    default: false
+  allow_iommu_off:
+    description:
+      - When the IOMMU is not active yet, only validate the request (format, presence, boot VGA) and report
+        RV(deferred=true) instead of failing. Used by the C(gpuops.nvidia.vfio) role before the kernel
+        arguments take effect; group checks need the IOMMU and happen on the next run.
+    type: bool
+    default: false
+  update_initramfs:
+    description: Run C(update-initramfs -u) (or C(dracut -f)) when the modprobe ordering file changed.
+    type: bool
+    default: true
+  root:
+    description: Filesystem root where sysfs is read. For tests only.
+    type: path
+    default: /
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details: Plans and reports every binding and file change without touching sysfs or files.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: full
+    details: Shows the driver of every moved function and the content of every persistence file.
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
+    support: full
+    details: Functions already on vfio-pci with identical persistence files report no change.
+notes:
+  - Requires root on the target. Python standard library only.
+  - The IOMMU must be on (see M(gpuops.nvidia.kernel_cmdline)) for O(state=present).
+seealso:
+  - module: gpuops.nvidia.kernel_cmdline
+"""
+
+EXAMPLES = r"""
+- name: Pass through one GPU (and its audio function) to VMs, persistently
+  gpuops.nvidia.vfio_pci:
+    devices: ["0000:41:00.0"]
+
+- name: Pass through every NVIDIA GPU
+  gpuops.nvidia.vfio_pci:
+    devices: [all_nvidia]
+
+- name: Give the GPU back to the host
+  gpuops.nvidia.vfio_pci:
+    devices: ["0000:41:00.0"]
+    state: absent
+"""
+
+RETURN = r"""
+devices:
+  description: Every function the request covers after group expansion, with its driver after the run.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"bdf": "0000:41:00.0", "iommu_group": "17", "driver": "vfio-pci", "pci_id": "10de:2335"}]
+groups:
+  description: IOMMU groups touched, with their functions.
+  returned: always
+  type: dict
+  sample: {"17": ["0000:41:00.0", "0000:41:00.1"]}
+actions:
+  description: Runtime driver changes made (or, in check mode, that would be made).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"bdf": "0000:41:00.0", "from": "nvidia", "to": "vfio-pci", "group": "17"}]
+vfio_devices:
+  description: The C(/dev/vfio/<group>) nodes present for the touched groups after the run.
+  returned: always
+  type: dict
+  sample: {"17": "/dev/vfio/17"}
+files:
+  description: Persistence files and whether each one changed.
+  returned: always
+  type: dict
+  sample: {"/etc/udev/rules.d/40-gpuops-vfio-pci.rules": true}
+initramfs_updated:
+  description: Whether the initramfs was regenerated.
+  returned: always
+  type: bool
+deferred:
+  description: True when O(allow_iommu_off=true) and the IOMMU is off, so nothing was planned beyond validation.
+  returned: always
+  type: bool
+iommu_active:
+  description: Whether the running kernel has IOMMU groups.
+  returned: always
+  type: bool
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import ensure_file, read_text, remove_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import read_pci_devices, sysfs_path
+from ansible_collections.gpuops.nvidia.plugins.module_utils._vfio import (
+    MODPROBE_CONF,
+    STATE_FILE,
+    VfioError,
+    bind_vfio,
+    iommu_active,
+    plan,
+    unbind_vfio,
+    vfio_dev_nodes,
+)
+
+
+def argument_spec():
+    return dict(
+        devices=dict(type="list", elements="str", required=True),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        persistent=dict(type="bool", default=True),
+        include_group_members=dict(type="bool", default=False),
+        allow_iommu_off=dict(type="bool", default=False),
+        update_initramfs=dict(type="bool", default=True),
+        root=dict(type="path", default="/"),
+    )
+
+
+def _target_path(root, path):
+    return path if root in ("/", "") else sysfs_path(root, path)
+
+
+def _update_initramfs(module):
+    tool = module.get_bin_path("update-initramfs")
+    if tool:
+        cmd = [tool, "-u"]
+    else:
+        tool = module.get_bin_path("dracut")
+        if not tool:
+            module.warn("neither update-initramfs nor dracut found; initramfs not regenerated")
+            return False
+        cmd = [tool, "-f"]
+    rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
+    if rc != 0:
+        module.fail_json(msg="%s failed (rc=%d): %s" % (" ".join(cmd), rc, err or out))
+    return True
+
+
+def run(module):
+    p = module.params
+    root = p["root"]
+    if not p["devices"]:
+        module.fail_json(msg="devices must name at least one device")
+    state_path = _target_path(root, STATE_FILE)
+    try:
+        pl = plan(root, p["devices"], p["state"], p["include_group_members"], p["persistent"], read_text(state_path),
+                  allow_iommu_off=p["allow_iommu_off"])
+    except VfioError as exc:
+        module.fail_json(msg=str(exc))
+
+    diffs = []
+    if module._diff and pl["actions"]:
+        before = "".join("%s: %s\n" % (a["bdf"], a["from"] or "(no driver)") for a in pl["actions"])
+        after = "".join("%s: %s\n" % (a["bdf"], a["to"] or "(default driver)") for a in pl["actions"])
+        diffs.append({"before": before, "after": after, "before_header": "drivers", "after_header": "drivers"})
+
+    # runtime first: a failed bind leaves the persistence files as they were.
+    if not module.check_mode:
+        def ensure_module(name):
+            rc, out, err = module.run_command([module.get_bin_path("modprobe", required=True), name])
+            if rc != 0:
+                raise VfioError("modprobe %s failed: %s" % (name, err or out))
+        try:
+            for a in pl["actions"]:
+                if a["to"] == "vfio-pci":
+                    bind_vfio(root, a["bdf"], ensure_module)
+                else:
+                    unbind_vfio(root, a["bdf"], a["to"])
+        except (VfioError, OSError) as exc:
+            module.fail_json(msg="binding failed: %s" % exc, actions=pl["actions"])
+
+    files, modprobe_changed = {}, False
+    for path, content in pl["files"].items():
+        target = _target_path(root, path)
+        if content is None:
+            r = remove_file(module, target)
+        else:
+            r = ensure_file(module, target, content, mode=0o644)
+        files[path] = r["changed"]
+        if r.get("diff"):
+            diffs.append(r["diff"])
+        if path == MODPROBE_CONF and r["changed"]:
+            modprobe_changed = True
+
+    initramfs = False
+    if modprobe_changed and p["update_initramfs"] and not module.check_mode and root in ("/", ""):
+        initramfs = _update_initramfs(module)
+
+    after = {d["bdf"]: d for d in read_pci_devices(root)}
+    devices = [{"bdf": b, "iommu_group": after[b]["iommu_group"], "driver": after[b]["driver"],
+                "driver_override": after[b]["driver_override"], "pci_id": after[b]["pci_id"]}
+               for b in pl["selected"] if b in after]
+    changed = bool(pl["actions"]) or any(files.values())
+    result = dict(changed=changed, devices=devices, groups=pl["groups"], actions=pl["actions"], files=files,
+                  vfio_devices=vfio_dev_nodes(root, pl["groups"]) if p["state"] == "present" else {},
+                  initramfs_updated=initramfs, deferred=pl["deferred"], iommu_active=iommu_active(root))
+    if module._diff:
+        result["diff"] = diffs
+    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    if os.geteuid() != 0 and module.params["root"] in ("/", ""):
+        module.fail_json(msg="vfio_pci must run as root (become: true)")
+    run(module)
+
+
+if __name__ == "__main__":
+    main()

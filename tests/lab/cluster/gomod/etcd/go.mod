@@ -1,0 +1,3 @@
+module gpuops.local/cluster/etcd
+
+go 1.26.0

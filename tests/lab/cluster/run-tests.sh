@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The cluster lane: a fresh control plane (own state dir and ports, so an interactive
+# `make cluster-up` cluster is left alone), the default node spec, the pytest proofs,
+# then a clean stop. Logs and state are kept on failure (path printed).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+CACHE=${GPUOPS_CACHE:-$HOME/.cache/gpuops}
+export GPUOPS_CACHE=$CACHE
+export CLUSTER_DIR=${CLUSTER_TEST_DIR:-$CACHE/cluster/test}
+export CLUSTER_PORT_BASE=${CLUSTER_TEST_PORT_BASE:-26543}
+export PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
+export PATH=$CACHE/cluster/bin:$ROOT/.venv/bin:$PATH
+
+# node roots paired with simulated nodes (facts via gpu_facts root=...)
+[[ -d $ROOT/.lab/roots/h200 ]] || "$PYTHON" "$ROOT/tests/lab/noderoots/build.py" --out "$ROOT/.lab/roots" >/dev/null
+"$HERE/down.sh" --purge >/dev/null 2>&1 || true
+"$HERE/up.sh" "${NODES_TEST:-$HERE/nodes/default.yml}"
+rc=0
+"$PYTHON" -m pytest -p no:cacheprovider -v "$HERE/test_cluster_lane.py" "$@" || rc=$?
+if ((rc == 0)); then
+    "$HERE/down.sh" --purge
+else
+    "$HERE/down.sh"
+    echo "[cluster] FAILED (rc=$rc); logs and state kept in $CLUSTER_DIR" >&2
+fi
+exit $rc

@@ -1,0 +1,348 @@
+"""Cluster lane proofs, against the real control plane + KWOK nodes started by run-tests.sh.
+
+Runs playbooks/cluster.yml (the installed collection) with the generated inventory of the
+default node spec and checks, through the API server, what issue 6 asks for. Tests run in
+file order and build on each other (bad input -> install -> rerun -> move -> helm -> uninstall).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+CLUSTER_DIR = os.environ["CLUSTER_DIR"]
+KUBECONFIG = os.path.join(CLUSTER_DIR, "kubeconfig")
+INVENTORY = os.path.join(CLUSTER_DIR, "inventory.yml")
+VARS = os.path.join(HERE, "vars.yml")
+NS = "gpu-operator"
+MANAGED = "app.kubernetes.io/managed-by=gpuops.nvidia"
+
+CONTAINER_GPU = {"h200-0", "h100-0", "l40s-0", "ws-0"}
+MIG_CAPABLE_CONTAINER = {"h200-0", "h100-0"}
+PASSTHROUGH = {"pt-0", "pt-1"}
+VGPU = {"vgpu-0"}
+CPU = {"cpu-0", "cpu-1"}
+ALL = CONTAINER_GPU | PASSTHROUGH | VGPU | CPU
+CONTAINER_DEPLOY = {"driver", "gpu-feature-discovery", "container-toolkit", "device-plugin", "dcgm",
+                    "dcgm-exporter", "node-status-exporter", "operator-validator", "client"}
+PASSTHROUGH_DEPLOY = {"sandbox-device-plugin", "sandbox-validator", "vfio-manager", "kata-manager",
+                      "cc-manager", "client"}
+VGPU_DEPLOY = {"sandbox-device-plugin", "vgpu-manager", "vgpu-device-manager", "sandbox-validator",
+               "cc-manager", "client"}
+GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+DAEMONSETS = {
+    "nvidia-device-plugin-daemonset": "container",
+    "gpu-feature-discovery": "container",
+    "nvidia-dcgm-exporter": "container",
+    "nvidia-operator-validator": "container",
+    "nvidia-mig-manager": "mig",
+}
+
+config.load_kube_config(KUBECONFIG)
+core = client.CoreV1Api()
+apps = client.AppsV1Api()
+api = client.ApiClient()
+
+
+def ours(labels):
+    return {k: v for k, v in (labels or {}).items()
+            if k.startswith(("nvidia.com/", "feature.node.kubernetes.io/"))}
+
+
+def nodes():
+    return {n.metadata.name: n for n in core.list_node(label_selector="gpuops.lab/simulated=true").items}
+
+
+def pods_by_ds(ns=NS):
+    out = {}
+    for p in core.list_namespaced_pod(ns).items:
+        refs = p.metadata.owner_references or []
+        for r in refs:
+            if r.kind == "DaemonSet" and p.metadata.deletion_timestamp is None:
+                out.setdefault(r.name, set()).add(p.spec.node_name)
+    return out
+
+
+def playbook(*extra, inventory=INVENTORY, check=True):
+    cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", inventory,
+           os.path.join(ROOT, "playbooks", "cluster.yml"), "-e", "@" + VARS] + list(extra)
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.environ.get(
+                   "ANSIBLE_COLLECTIONS_PATH", os.path.join(ROOT, ".collections")),
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
+               ANSIBLE_NOCOLOR="1", K8S_AUTH_KUBECONFIG=KUBECONFIG)
+    t0 = time.time()
+    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    r.seconds = time.time() - t0
+    if check and r.returncode != 0:
+        pytest.fail(f"playbook failed (rc={r.returncode}):\n{r.stdout[-8000:]}\n{r.stderr[-3000:]}")
+    return r
+
+
+def recap_changed(stdout):
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", stdout, re.MULTILINE)}
+
+
+def inventory_variant(tmp_path, name, edit):
+    with open(INVENTORY) as f:
+        inv = yaml.safe_load(f)
+    inv = copy.deepcopy(inv)
+    edit(inv["all"]["children"]["k8s_nodes"]["hosts"])
+    path = tmp_path / (f"{name}.yml")
+    path.write_text(yaml.safe_dump(inv))
+    return str(path)
+
+
+def wait_placement(expect, timeout=120):
+    """Wait until DaemonSet pods sit exactly on the expected nodes (DS controller + KWOK are async)."""
+    deadline = time.time() + timeout
+    while True:
+        got = {ds: pods_by_ds().get(ds, set()) for ds in expect}
+        if got == expect or time.time() > deadline:
+            return got
+        time.sleep(1)
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    """Node labels/taints before anything of ours is applied (uninstall must restore exactly this)."""
+    return {name: (dict(n.metadata.labels), n.spec.taints) for name, n in nodes().items()}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def servicemonitor_crd():
+    """A Prometheus Operator ServiceMonitor CRD, so dcgm_exporter's 'auto' creates one."""
+    ext = client.ApiextensionsV1Api()
+    body = {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+        "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                 "names": {"kind": "ServiceMonitor", "plural": "servicemonitors", "singular": "servicemonitor",
+                           "listKind": "ServiceMonitorList"},
+                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                     "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+    }
+    try:
+        ext.create_custom_resource_definition(body)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    for _ in range(60):
+        crd = ext.read_custom_resource_definition("servicemonitors.monitoring.coreos.com")
+        if any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
+            break
+        time.sleep(0.5)
+    yield
+
+
+def test_spec_nodes_are_ready(baseline):
+    ns = nodes()
+    assert set(ns) == ALL
+    for n in ns.values():
+        ready = [c for c in n.status.conditions or [] if c.type == "Ready"]
+        assert ready and ready[0].status == "True", n.metadata.name
+    assert all(not ours(labels) for labels, _ in baseline.values())
+
+
+@pytest.mark.parametrize("case", ["unknown-kind", "two-kinds", "unknown-mig-strategy", "replicas-1", "same-node-twice"])
+def test_bad_input_refused_before_anything_applied(case, tmp_path, baseline):
+    extra, inv = [], INVENTORY
+    if case == "unknown-kind":
+        inv = inventory_variant(tmp_path, case, lambda h: h["l40s-0"].update(gpu_workload="vm-gpu"))
+        expect = "l40s-0: unknown GPU workload kind 'vm-gpu'"
+    elif case == "two-kinds":
+        inv = inventory_variant(tmp_path, case,
+                                lambda h: h["l40s-0"].update(gpu_workload=["container", "vm-passthrough"]))
+        expect = "l40s-0: one GPU workload kind per node"
+    elif case == "same-node-twice":
+        def twice(h):
+            h["l40s-0-vm"] = dict(h["l40s-0"], gpu_workload="vm-vgpu")
+        inv = inventory_variant(tmp_path, case, twice)
+        expect = "l40s-0: listed twice"
+    elif case == "unknown-mig-strategy":
+        extra = ["-e", "gpuops_mig_strategy=dual"]
+        expect = "node_labels_mig_strategy must be one of: none, single, mixed, got: dual"
+    else:
+        cfg = tmp_path / "dp.yml"
+        cfg.write_text(yaml.safe_dump({"gpuops_device_plugin_configs": {"time-sliced-4": {"version": "v1", "sharing": {
+            "timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 1}]}}}}}))
+        extra = ["-e", f"@{cfg}"]
+        expect = "replicas must be an integer >= 2, got 1"
+    r = playbook(*extra, inventory=inv, check=False)
+    assert r.returncode != 0
+    assert expect in r.stdout, r.stdout[-4000:]
+    # nothing reached the API server
+    assert core.list_namespace(field_selector=f"metadata.name={NS}").items == []
+    now = {name: (dict(n.metadata.labels), n.spec.taints) for name, n in nodes().items()}
+    assert now == baseline
+
+
+def expected_deploy(name):
+    if name in CONTAINER_GPU:
+        return CONTAINER_DEPLOY | ({"mig-manager"} if name in MIG_CAPABLE_CONTAINER else set())
+    if name in PASSTHROUGH:
+        return PASSTHROUGH_DEPLOY
+    if name in VGPU:
+        return VGPU_DEPLOY
+    return set()
+
+
+def check_cluster(container_gpu, passthrough, mig_capable):
+    ns = nodes()
+    for name, n in ns.items():
+        labels = n.metadata.labels
+        deploy = {k.split("nvidia.com/gpu.deploy.", 1)[1]: v for k, v in labels.items()
+                  if k.startswith("nvidia.com/gpu.deploy.")}
+        gpu = name not in CPU
+        if name in container_gpu:
+            want = CONTAINER_DEPLOY | ({"mig-manager"} if name in mig_capable else set())
+            kind = "container"
+        elif name in passthrough:
+            want, kind = PASSTHROUGH_DEPLOY, "vm-passthrough"
+        elif name in VGPU:
+            want, kind = VGPU_DEPLOY, "vm-vgpu"
+        else:
+            want, kind = set(), None
+        assert deploy == {c: "true" for c in want}, name
+        assert labels.get("nvidia.com/gpu.workload.config") == kind, name
+        assert labels.get("nvidia.com/gpu.present") == ("true" if gpu else None), name
+        assert labels.get("feature.node.kubernetes.io/pci-10de.present") == ("true" if gpu else None), name
+        taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in n.spec.taints or []]
+        assert taints == (GPU_TAINT if gpu else []), name
+        if not gpu:  # NFD system labels (kernel, OS) are fine; nothing NVIDIA
+            assert not [k for k in ours(labels) if k.startswith("nvidia.com/") or "10de" in k], name
+    expect = {ds: (set(mig_capable) & set(container_gpu) if kind == "mig" else set(container_gpu))
+              for ds, kind in DAEMONSETS.items()}
+    got = wait_placement(expect)
+    assert got == expect
+    # NFD worker: every node
+    assert wait_placement({"nfd-worker": ALL})["nfd-worker"] == ALL
+    return ns
+
+
+def test_install_places_components_exactly():
+    r = playbook()
+    ns = check_cluster(CONTAINER_GPU, PASSTHROUGH, MIG_CAPABLE_CONTAINER)
+    h200 = ns["h200-0"].metadata.labels
+    assert h200["nvidia.com/gpu.product"] == "NVIDIA-H200"
+    assert h200["nvidia.com/gpu.count"] == "1"  # from gpu_facts over the real H200 capture
+    assert h200["nvidia.com/cuda.driver-version.full"] == "580.159.04"
+    assert h200["nvidia.com/gpu.family"] == "hopper"
+    assert h200["nvidia.com/mig.config"] == "all-1g.18gb"
+    assert h200["nvidia.com/mig.strategy"] == "single"
+    h100 = ns["h100-0"].metadata.labels
+    assert h100["nvidia.com/device-plugin.config"] == "time-sliced-4"
+    assert h100["nvidia.com/gpu.replicas"] == "4"
+    assert h100["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert h100["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-SHARED"
+    assert h100["nvidia.com/gpu.machine"] == "DGX-H100"  # only gpu_facts(root=hgx-h100) knows this
+    assert h100["nvidia.com/gpu.count"] == "8"
+    assert ns["l40s-0"].metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-L40S"  # declared in the spec
+    assert ns["ws-0"].metadata.labels["nvidia.com/gpu.workload.config"] == "container"  # default kind
+    # every DaemonSet rolled out; images through the mirror, pull secret set
+    for ds in list(DAEMONSETS) + ["nfd-worker"]:
+        d = apps.read_namespaced_daemon_set(ds, NS)
+        assert d.status.number_ready == d.status.desired_number_scheduled > 0, ds
+        spec = d.spec.template.spec
+        for c in (spec.containers or []) + (spec.init_containers or []):
+            assert c.image.startswith("registry.lab.internal:5000/"), (ds, c.image)
+        assert [s.name for s in spec.image_pull_secrets or []] == ["lab-mirror"], ds
+        tolerations = [{"key": t.key, "operator": t.operator, "effect": t.effect} for t in spec.tolerations or []]
+        gpu_tol = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        everything = {"key": None, "operator": "Exists", "effect": None}  # NFD worker: every node
+        assert gpu_tol in tolerations or everything in tolerations, (ds, tolerations)
+    dp = apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset", NS).spec.template.spec
+    assert dp.containers[0].image == "registry.lab.internal:5000/nvidia/k8s-device-plugin:v0.20.0"
+    assert dp.runtime_class_name == "nvidia"
+    # device plugin configs rendered and valid
+    cm = core.read_namespaced_config_map("nvidia-device-plugin-configs", NS).data
+    assert sorted(cm) == ["default", "mps-2", "time-sliced-4"]
+    assert json.loads(cm["time-sliced-4"])["sharing"]["timeSlicing"]["resources"][0]["replicas"] == 4
+    assert json.loads(cm["default"])["flags"]["migStrategy"] == "single"
+    # dcgm exporter: service, metrics CSV, dashboard, ServiceMonitor (CRD present)
+    svc = core.read_namespaced_service("nvidia-dcgm-exporter", NS)
+    assert svc.spec.ports[0].port == 9400
+    assert "DCGM_FI_DEV_GPU_UTIL, gauge" in core.read_namespaced_config_map(
+        "nvidia-dcgm-exporter-metrics", NS).data["dcgm-metrics.csv"]
+    dash = json.loads(core.read_namespaced_config_map("nvidia-dcgm-exporter-dashboard", NS)
+                      .data["dcgm-exporter-dashboard.json"])
+    assert dash["uid"] == "Oxed_c6Wz"
+    sm = client.CustomObjectsApi().get_namespaced_custom_object(
+        "monitoring.coreos.com", "v1", NS, "servicemonitors", "nvidia-dcgm-exporter")
+    assert sm["spec"]["endpoints"][0]["port"] == "gpu-metrics"
+    # RuntimeClass, policies
+    assert client.NodeV1Api().read_runtime_class("nvidia").handler == "nvidia"
+    q = core.read_namespaced_resource_quota("nvidia-gpu-quota", "team-a")
+    assert q.spec.hard == {"requests.nvidia.com/gpu": "8"}
+    assert client.SchedulingV1Api().read_priority_class("nvidia-gpu-high").value == 100000
+    # validator: readiness label exactly on container GPU nodes
+    validated = {n for n, o in nodes().items() if o.metadata.labels.get("nvidia.com/gpu.validated") == "true"}
+    assert validated == CONTAINER_GPU
+    print(f"install: {r.seconds:.1f}s")
+
+
+def test_second_run_changes_nothing():
+    before = {n: (o.metadata.labels, o.spec.taints) for n, o in nodes().items()}
+    r = playbook()
+    changed = recap_changed(r.stdout)
+    assert changed and all(v == 0 for v in changed.values()), changed
+    after = {n: (o.metadata.labels, o.spec.taints) for n, o in nodes().items()}
+    assert before == after
+    print(f"no-op rerun: {r.seconds:.1f}s")
+
+
+def test_changing_workload_moves_components(tmp_path):
+    def move(h):
+        h["l40s-0"]["gpu_workload"] = "vm-passthrough"
+        h["pt-1"]["gpu_workload"] = "container"
+    inv = inventory_variant(tmp_path, "moved", move)
+    playbook(inventory=inv)
+    container_gpu = (CONTAINER_GPU - {"l40s-0"}) | {"pt-1"}
+    passthrough = (PASSTHROUGH - {"pt-1"}) | {"l40s-0"}
+    check_cluster(container_gpu, passthrough, MIG_CAPABLE_CONTAINER)
+    validated = {n for n, o in nodes().items() if o.metadata.labels.get("nvidia.com/gpu.validated") == "true"}
+    assert validated == container_gpu
+
+
+def test_helm_path_with_local_chart():
+    chart = os.path.join(HERE, "charts", "gpu-operator")
+    extra = ["-e", "gpuops_cluster_mode=operator", "-e", "gpuops_k8s_namespace=gpu-operator-helm",
+             "-e", f"gpu_operator_chart_ref={chart}"]
+    r = playbook(*extra)
+    cm = core.read_namespaced_config_map("gpu-operator-received-values", "gpu-operator-helm")
+    values = json.loads(cm.data["values.json"])
+    assert values["driver"]["enabled"] is False and values["toolkit"]["enabled"] is False
+    assert values["sandboxWorkloads"]["enabled"] is True  # the spec has VM nodes
+    assert values["mig"]["strategy"] == "single"
+    assert values["devicePlugin"]["repository"] == "registry.lab.internal:5000/nvidia"
+    assert values["operator"]["imagePullSecrets"] == ["lab-mirror"]
+    assert sorted(values["devicePlugin"]["config"]["data"]) == ["default", "mps-2", "time-sliced-4"]
+    assert apps.read_namespaced_deployment("gpu-operator", "gpu-operator-helm").status.ready_replicas == 1
+    r = playbook(*extra)
+    assert recap_changed(r.stdout).get("localhost") == 0, r.stdout[-3000:]
+    playbook(*(extra + ["-e", "gpuops_cluster_state=absent", "-e", "gpuops_cluster_mode=operator"]))
+    assert core.list_namespace(field_selector="metadata.name=gpu-operator-helm").items == []
+
+
+def test_uninstall_removes_everything(baseline):
+    playbook("-e", "gpuops_cluster_state=absent")
+    assert core.list_namespace(field_selector=f"metadata.name={NS}").items == []
+    assert core.list_namespace(field_selector="metadata.name=team-a").items == []
+    rbac = client.RbacAuthorizationV1Api()
+    assert rbac.list_cluster_role(label_selector=MANAGED).items == []
+    assert rbac.list_cluster_role_binding(label_selector=MANAGED).items == []
+    assert client.NodeV1Api().list_runtime_class(label_selector=MANAGED).items == []
+    assert client.SchedulingV1Api().list_priority_class(label_selector=MANAGED).items == []
+    assert client.ApiextensionsV1Api().list_custom_resource_definition(label_selector=MANAGED).items == []
+    assert apps.list_daemon_set_for_all_namespaces(label_selector=MANAGED).items == []
+    assert core.list_pod_for_all_namespaces(label_selector=MANAGED).items == []
+    now = {name: (dict(n.metadata.labels), n.spec.taints) for name, n in nodes().items()}
+    assert now == baseline

@@ -1,0 +1,65 @@
+"""Filters: inventory/hostvars -> plan, k8s_info -> current, image references."""
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.nvidia.plugins.filter import k8s_plan as f
+
+GPU = {"product": "NVIDIA L40S", "count": 2, "memory_mib": 46068, "compute_capability": "8.9"}
+
+
+def test_inputs_prefer_gathered_facts():
+    hostvars = {
+        "a": {"gpu_workload": "container", "gpuops_gpu_inventory": GPU,
+              "ansible_facts": {"gpu": {"labels": {"nvidia.com/gpu.present": "true"}}}},
+        "b": {"gpuops_k8s_node_name": "node-b", "gpuops_gpu_inventory": GPU},
+    }
+    a, b = f.k8s_node_inputs(["a", "b"], hostvars)
+    assert a["labels"] == {"nvidia.com/gpu.present": "true"} and a["workload"] == "container"
+    assert b["name"] == "node-b" and b["labels"] == {} and b["gpu"] == GPU
+
+
+def test_plan_skips_nodes_missing_from_cluster():
+    plan = f.k8s_node_plan([{"name": "a", "gpu": GPU}, {"name": "ghost", "gpu": GPU}], {"a": {}})
+    assert [n["name"] for n in plan["nodes"]] == ["a"] and plan["missing"] == ["ghost"]
+
+
+def test_plan_error_lists_all_nodes():
+    with pytest.raises(AnsibleFilterError, match="(?s)a: unknown.*b: unknown"):
+        f.k8s_node_plan([{"name": "a", "gpu": GPU, "workload": "x"}, {"name": "b", "gpu": GPU, "workload": "y"}])
+
+
+def test_current_from_k8s_info():
+    res = [{"metadata": {"name": "n", "labels": {"a": "b"}}, "spec": {"taints": [{"key": "k"}]}},
+           {"metadata": {"name": "m"}, "spec": {}}]
+    assert f.k8s_node_current(res) == {"n": {"labels": {"a": "b"}, "taints": [{"key": "k"}]},
+                                       "m": {"labels": {}, "taints": []}}
+
+
+@pytest.mark.parametrize("spec,registry,expected", [
+    ({"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": "v0.20.0"}, None,
+     "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"),
+    ({"repository": "nvcr.io/nvidia/k8s", "image": "dcgm-exporter", "version": "4.6.0-4.8.3-distroless"},
+     "mirror.lab:5000", "mirror.lab:5000/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless"),
+    ({"repository": "nvcr.io/nvidia", "image": "gpu-operator", "version": "sha256:abc"}, None,
+     "nvcr.io/nvidia/gpu-operator@sha256:abc"),
+])
+def test_image(spec, registry, expected):
+    assert f.k8s_image(spec, registry) == expected
+
+
+def test_device_plugin_filter_errors():
+    with pytest.raises(AnsibleFilterError, match="replicas must be"):
+        f.k8s_device_plugin_data({"x": {"sharing": {"timeSlicing": {"resources": [
+            {"name": "nvidia.com/gpu", "replicas": 1}]}}}})
+
+
+def test_ready_pod_nodes():
+    pods = [
+        {"spec": {"nodeName": "a"}, "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "x"}]}},
+        {"spec": {"nodeName": "b"}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}},
+        {"spec": {"nodeName": "c"}, "metadata": {"deletionTimestamp": "now"},
+         "status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+        {"spec": {}, "status": {}},
+    ]
+    assert f.k8s_ready_pod_nodes(pods) == ["a"]

@@ -1,0 +1,147 @@
+"""Node plan: deploy labels per workload, taints, validation (refused before apply)."""
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels as kl
+
+H200 = {"product": "NVIDIA H200", "count": 8, "memory_mib": 143771, "mig_capable": True,
+        "compute_capability": "9.0"}
+L40S = {"product": "NVIDIA L40S", "count": 4, "memory_mib": 46068, "mig_capable": False,
+        "compute_capability": "8.9"}
+CONTAINER = ["client", "dcgm", "dcgm-exporter", "device-plugin", "driver", "gpu-feature-discovery",
+             "node-status-exporter", "operator-validator", "container-toolkit"]
+
+
+def deploy(labels):
+    return sorted(k[len(kl.DEPLOY):] for k in labels if k.startswith(kl.DEPLOY))
+
+
+def plan(nodes, current=None, **opts):
+    return {n["name"]: n for n in kl.node_plan(nodes, current, opts)["nodes"]}
+
+
+@pytest.mark.parametrize("workload,mig,expected", [
+    ("container", False, sorted(CONTAINER)),
+    ("container", True, sorted(CONTAINER + ["mig-manager"])),
+    ("vm-passthrough", True, ["cc-manager", "client", "kata-manager", "sandbox-device-plugin",
+                              "sandbox-validator", "vfio-manager"]),
+    ("vm-vgpu", False, ["cc-manager", "client", "sandbox-device-plugin", "sandbox-validator",
+                        "vgpu-device-manager", "vgpu-manager"]),
+])
+def test_deploy_components_match_operator(workload, mig, expected):
+    assert kl.deploy_components(workload, mig_capable=mig) == expected
+
+
+def test_kata_mode_uses_kata_sandbox_plugin():
+    assert "kata-sandbox-device-plugin" in kl.deploy_components("vm-passthrough", sandbox_mode="kata")
+
+
+def test_vgpu_host_driver_suppresses_mig_manager():
+    assert "mig-manager" not in kl.deploy_components("container", mig_capable=True, vgpu_host=True)
+
+
+def test_plan_mixed_fleet_labels_and_taints():
+    p = plan([
+        {"name": "h200", "gpu": H200, "workload": "container", "mig_config": "all-1g.18gb"},
+        {"name": "l40s", "gpu": L40S},
+        {"name": "pt", "gpu": L40S, "workload": "vm-passthrough"},
+        {"name": "cpu"},
+    ])
+    h = p["h200"]["labels"]
+    assert h["nvidia.com/gpu.workload.config"] == "container"
+    assert h["nvidia.com/gpu.present"] == "true"
+    assert h["feature.node.kubernetes.io/pci-10de.present"] == "true"
+    assert h["nvidia.com/gpu.product"] == "NVIDIA-H200"
+    assert h["nvidia.com/gpu.count"] == "8"
+    assert h["nvidia.com/gpu.family"] == "hopper"
+    assert h["nvidia.com/mig.config"] == "all-1g.18gb"
+    assert h["nvidia.com/mig.strategy"] == "single"
+    assert "mig-manager" in deploy(h)
+    assert "mig-manager" not in deploy(p["l40s"]["labels"])
+    assert p["l40s"]["labels"]["nvidia.com/gpu.workload.config"] == "container"  # default kind
+    assert "nvidia.com/mig.strategy" not in p["l40s"]["labels"]
+    assert deploy(p["pt"]["labels"]) == sorted(kl.deploy_components("vm-passthrough"))
+    assert p["cpu"]["labels"] == {} and p["cpu"]["taints"] == []
+    assert p["h200"]["taints"] == [kl.DEFAULT_TAINT]
+
+
+def test_existing_values_honoured_and_foreign_taints_kept():
+    current = {"n": {"labels": {kl.DEPLOY + "dcgm-exporter": "false"},
+                     "taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+                                {"key": "nvidia.com/gpu", "value": "old", "effect": "NoExecute"}]}}
+    n = plan([{"name": "n", "gpu": L40S}], current)["n"]
+    assert n["labels"][kl.DEPLOY + "dcgm-exporter"] == "false"
+    assert n["labels"][kl.DEPLOY + "device-plugin"] == "true"
+    assert n["taints"] == [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}, kl.DEFAULT_TAINT]
+
+
+def test_operands_false_strips_all_deploy_labels():
+    current = {"n": {"labels": {kl.DEPLOY + "operands": "false"}}}
+    assert deploy(plan([{"name": "n", "gpu": L40S}], current)["n"]["labels"]) == []
+
+
+def test_absent_removes_ours_keeps_others():
+    current = {"n": {"labels": {}, "taints": [{"key": "x", "effect": "NoSchedule"}, kl.DEFAULT_TAINT]}}
+    n = plan([{"name": "n", "gpu": L40S}], current, state="absent")["n"]
+    assert n["labels"] == {} and n["taints"] == [{"key": "x", "effect": "NoSchedule"}]
+
+
+def test_workload_change_moves_components():
+    before = plan([{"name": "n", "gpu": H200, "workload": "container"}])["n"]
+    after = plan([{"name": "n", "gpu": H200, "workload": "vm-vgpu"}],
+                 {"n": {"labels": before["labels"]}})["n"]
+    assert "device-plugin" not in deploy(after["labels"])
+    assert "vgpu-manager" in deploy(after["labels"])
+
+
+def test_time_slicing_config_sets_gfd_sharing_labels():
+    cfgs = {"ts4": {"version": "v1", "sharing": {"timeSlicing": {"resources": [
+        {"name": "nvidia.com/gpu", "replicas": 4}]}}}}
+    n = plan([{"name": "n", "gpu": L40S, "device_plugin_config": "ts4"}], device_plugin_configs=cfgs)["n"]
+    assert n["labels"]["nvidia.com/device-plugin.config"] == "ts4"
+    assert n["labels"]["nvidia.com/gpu.replicas"] == "4"
+    assert n["labels"]["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
+    assert n["labels"]["nvidia.com/gpu.product"] == "NVIDIA-L40S-SHARED"
+
+
+@pytest.mark.parametrize("node,opts,match", [
+    ({"name": "n", "gpu": L40S, "workload": "vm-gpu"}, {}, "unknown GPU workload kind 'vm-gpu'"),
+    ({"name": "n", "gpu": L40S, "workload": ["container", "vm-vgpu"]}, {}, "one GPU workload kind per node"),
+    ({"name": "n", "gpu": L40S, "workload": "container,vm-vgpu"}, {}, "one GPU workload kind per node"),
+    ({"name": "n", "gpu": L40S}, {"mig_strategy": "dual"}, "unknown MIG strategy 'dual'"),
+    ({"name": "n", "workload": "container"}, {}, "without NVIDIA GPUs"),
+    ({"name": "n", "gpu": L40S, "mig_config": "all-1g.10gb"}, {}, "without MIG-capable"),
+    ({"name": "n", "gpu": L40S, "device_plugin_config": "nope"}, {"device_plugin_configs": {"a": {}}},
+     "'nope' is not defined"),
+    ({"name": "n", "gpu": L40S, "workload": "vm-vgpu", "mig_config": "x"}, {}, "apply to container nodes"),
+])
+def test_bad_input_refused(node, opts, match):
+    with pytest.raises(kl.PlanError, match=match):
+        kl.node_plan([node], None, opts)
+
+
+def test_every_error_reported_at_once():
+    with pytest.raises(kl.PlanError) as e:
+        kl.node_plan([{"name": "a", "gpu": L40S, "workload": "x"}, {"name": "b", "gpu": L40S, "workload": "y"}])
+    assert len(e.value.errors) == 2
+
+
+def test_facts_labels_take_precedence_over_declared_inventory():
+    facts = {"feature.node.kubernetes.io/pci-10de.present": "true", "nvidia.com/gpu.product": "NVIDIA-H200",
+             "nvidia.com/mig.capable": "true"}
+    n = plan([{"name": "n", "labels": facts, "gpu": L40S}])["n"]
+    assert n["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H200"
+    assert "mig-manager" in deploy(n["labels"])
+
+
+def test_mig_capable_product_fallback():
+    assert kl.is_mig_capable({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"})
+    assert not kl.is_mig_capable({"nvidia.com/gpu.product": "NVIDIA-L40S"})
+
+
+def test_placement_and_objects():
+    p = kl.node_plan([{"name": "a", "gpu": H200}, {"name": "b", "gpu": L40S, "workload": "vm-vgpu"}])
+    where = kl.placement(p)
+    assert where["mig-manager"] == ["a"] and where["vgpu-manager"] == ["b"]
+    objs = kl.node_objects(p)
+    assert objs[0]["kind"] == "Node" and objs[0]["spec"]["taints"] == [kl.DEFAULT_TAINT]
