@@ -16,6 +16,7 @@ runtime-apt: ## Debian containerd 1.6, runc, dockerd (no daemon is started)
 	@if command -v containerd >/dev/null && command -v ctr >/dev/null && command -v dockerd >/dev/null && command -v runc >/dev/null; then \
 	  echo "runtime-apt: containerd, ctr, runc, dockerd present"; \
 	else \
+	  apt-get -o DPkg::Lock::Timeout=600 update -q && \
 	  apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $(RUNTIME_APT_PKGS); \
 	fi
 

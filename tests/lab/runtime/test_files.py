@@ -2,9 +2,9 @@
 # Apache License 2.0
 """Docker daemon.json, CRI-O drop-in and CDI spec through real Ansible runs.
 
-No Docker engine and no CRI-O daemon run here (CRI-O does not build from Go
-modules, see docs/runtime.md): these cases are judged by parsing the files the
-module wrote.  A real dockerd case lives in test_dockerd.py when dockerd exists.
+These cases are judged by parsing the files the module wrote; the same files are
+read back by real daemons in test_dockerd.py (dockerd) and test_crio.py (`crio config`,
+when CRI-O was built with `make runtime-crio`).
 """
 from __future__ import annotations
 
