@@ -75,9 +75,17 @@ test-sanity: install ## ansible-test sanity, ansible-lint (production), ruff
 test-integration: install ## ansible-test integration targets that run on this machine
 	cd $(AT_DIR) && $(BIN)/ansible-test integration --python 3.11 --color no --local gpu_facts
 
-lab: install ## the main job: playbooks/site.yml against the bundled lab
+lab: install ## the main job: site.yml against the lab (node roots + a real-kernel VM + a real control plane with KWOK nodes)
 	$(BIN)/python tests/lab/noderoots/build.py --out $(ROOT)/.lab/roots
+ifeq ($(LAB_MINIMAL),1)
 	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml playbooks/site.yml $(LAB_ARGS)
+else
+	$(MAKE) vm-up
+	$(MAKE) cluster-up NODES=$(ROOT)/tests/lab/cluster/nodes/lab.yml
+	rc=0; $(BIN)/ansible-playbook -i inventories/lab/hosts.yml -i $(ROOT)/.lab/vm/hosts.yml \
+	  -i $(CLUSTER_DIR_LAB)/inventory.yml -e gpu_reboot_allowed=true playbooks/site.yml $(LAB_ARGS) || rc=$$?; \
+	  [ "$(LAB_KEEP)" = 1 ] || { $(MAKE) vm-down; $(MAKE) cluster-down; }; exit $$rc
+endif
 
 bench: install ## benchmarks (results under benchmarks/)
 	$(BIN)/python benchmarks/gpu_facts/run.py --fixtures --host --out benchmarks/gpu_facts/results-local.json
