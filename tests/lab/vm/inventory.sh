@@ -21,6 +21,8 @@ done
 cat <<'YAML'
       vars:
         gpu_workload: vm-passthrough
+        # the stand-ins are qemu test devices, not NVIDIA functions
+        discovery_require_gpu: false
         # edu 00:05.0 plays the GPU; its companion 00:05.1 is not an NVIDIA function,
         # so the lab must opt in to moving the whole group.
         vfio_devices: ["0000:00:05.0"]

@@ -51,7 +51,7 @@ def test_unknown_cluster_strategy_refused():
 
 
 def test_v020_limitations_warn():
-    _, warnings = dp.render({"x": ts(2, rename="gpu-shared", devices=[0, 1])})
+    _data, warnings = dp.render({"x": ts(2, rename="gpu-shared", devices=[0, 1])})
     assert any("rename" in w for w in warnings) and any("devices" in w for w in warnings)
 
 

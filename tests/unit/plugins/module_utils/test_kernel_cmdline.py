@@ -47,15 +47,15 @@ def test_grub_dropin_roundtrip_and_idempotence():
     assert text.endswith('GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT} intel_iommu=on iommu=pt"\n')
     assert configured == ["console=ttyS0,115200", "intel_iommu=on", "iommu=pt"]
     assert k.parse_grub_dropin(text) == ["intel_iommu=on", "iommu=pt"]
-    again, _ = k.plan_grub(text, ["console=ttyS0,115200"], ["intel_iommu=on", "iommu=pt"], "present")
+    again, _cfg = k.plan_grub(text, ["console=ttyS0,115200"], ["intel_iommu=on", "iommu=pt"], "present")
     assert again == text
     # adding another argument keeps ours
-    more, _ = k.plan_grub(text, [], ["vfio-pci.ids=10de:2331"], "present")
+    more, _cfg = k.plan_grub(text, [], ["vfio-pci.ids=10de:2331"], "present")
     assert k.parse_grub_dropin(more) == ["intel_iommu=on", "iommu=pt", "vfio-pci.ids=10de:2331"]
 
 
 def test_grub_absent_removes_dropin_when_empty():
-    text, _ = k.plan_grub(None, [], ["intel_iommu=on", "iommu=pt"], "present")
+    text, _cfg = k.plan_grub(None, [], ["intel_iommu=on", "iommu=pt"], "present")
     gone, configured = k.plan_grub(text, ["quiet"], ["intel_iommu", "iommu=pt"], "absent")
     assert gone is None and configured == ["quiet"]
 
@@ -84,7 +84,7 @@ def test_grub_overrides_base_value_last_wins():
 def test_cmdline_file():
     new, tokens = k.plan_cmdline_file("root=UUID=x ro quiet\n", ["intel_iommu=on"], "present")
     assert new == "root=UUID=x ro quiet intel_iommu=on\n"
-    same, _ = k.plan_cmdline_file(new, ["intel_iommu=on"], "present")
+    same, _tokens = k.plan_cmdline_file(new, ["intel_iommu=on"], "present")
     assert same == new
 
 
