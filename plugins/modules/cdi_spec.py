@@ -24,15 +24,14 @@ description:
   - The file is written only when its content differs.
 author:
   - gpuops.nvidia contributors (@gpuops)
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: The output is deterministic for a given host state.
 options:

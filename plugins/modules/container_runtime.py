@@ -30,19 +30,18 @@ description:
     C(nvidia-container-runtime) is installed; a plain-TOML C(config.toml.tmpl) can be edited).
 author:
   - gpuops.nvidia contributors (@gpuops)
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: >-
       Computes and validates the edit (validation writes temporary candidates next to the
       config and removes them); the config is not changed and no daemon is restarted.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: One diff per file (main config and drop-in).
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 options:
   runtime:

@@ -115,17 +115,16 @@ options:
   arch:
     description: Machine architecture (C(ansible_facts.architecture)); default the target's.
     type: str
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only reads; runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: Nothing is changed; RV(changes) lists what applying the plan would change.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 notes:
   - Installed packages are read from C(/var/lib/dpkg/status) on Debian and Ubuntu and with C(rpm -qa) on

@@ -38,20 +38,19 @@ options:
         when O(root) is not the running host.
     type: path
     default: /
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.attributes.facts
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only reads; runs the same in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
     details: Nothing is changed, so there is nothing to diff.
   facts:
-    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 notes:
   - Unreadable files become warnings; a host without NVIDIA devices is a normal answer

@@ -45,17 +45,16 @@ options:
     description: Keep a timestamped copy of a file before changing it.
     type: bool
     default: false
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Computes the new configuration and RV(reboot_required) without writing or running any tool that changes state.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows the drop-in or C(/etc/kernel/cmdline) change, or the configured command line for grubby.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: A second run with the same arguments reports no change.
 notes:

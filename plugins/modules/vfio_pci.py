@@ -62,17 +62,16 @@ options:
     description: Filesystem root where sysfs is read. For tests only.
     type: path
     default: /
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Plans and reports every binding and file change without touching sysfs or files.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
     details: Shows the driver of every moved function and the content of every persistence file.
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: Functions already on vfio-pci with identical persistence files report no change.
 notes:
