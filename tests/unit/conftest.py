@@ -30,3 +30,15 @@ def h200_nvml():
     from nvml_standin import NVMLStandIn
 
     return NVMLStandIn(H200_CAPTURE)
+
+
+def run_module(capsys, main, args):
+    """Run a module's main() with ``args``; return (exit code, parsed JSON result)."""
+    import json
+
+    from ansible.module_utils.testing import patch_module_args
+
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            main()
+    return exc.value.code, json.loads(capsys.readouterr().out)

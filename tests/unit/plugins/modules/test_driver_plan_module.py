@@ -1,19 +1,13 @@
 """The driver_plan module boundary: read-only, check mode, failure with remediation."""
 from __future__ import annotations
 
-import json
-
-import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpuops.nvidia.plugins.modules import driver_plan
+from conftest import run_module
 
 
 def run(capsys, args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            driver_plan.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
+    return run_module(capsys, driver_plan.main, args)
 
 
 def test_h200_580_satisfied_in_check_mode(capsys, roots):

@@ -1,19 +1,13 @@
 """The gpu_facts module boundary: argument handling, check mode, failure messages."""
 from __future__ import annotations
 
-import json
-
-import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_facts
+from conftest import run_module
 
 
 def run(capsys, args):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            gpu_facts.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
+    return run_module(capsys, gpu_facts.main, args)
 
 
 def test_check_mode_gathers_and_changes_nothing(capsys, roots):
