@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import read_attr, sysfs_path
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import read_attr, read_iommu_groups, sysfs_path
 
 SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia_peermem", "nvidia_fs", "nvidia_vgpu_vfio")
@@ -141,8 +141,6 @@ def read_cpu_virt(root="/", warnings=None):
 
 
 def read_iommu(root="/", kernel=None, groups=None, warnings=None):
-    from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import read_iommu_groups
-
     kernel = kernel if kernel is not None else read_kernel(root, warnings)
     units = sorted(_listdir(sysfs_path(root, "sys/class/iommu")))
     groups = groups if groups is not None else read_iommu_groups(root)
