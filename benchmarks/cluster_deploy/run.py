@@ -26,6 +26,7 @@ LAB = os.path.join(ROOT, "tests", "lab", "cluster")
 CACHE = os.environ.get("GPUOPS_CACHE", os.path.expanduser("~/.cache/gpuops"))
 DIR = os.path.join(CACHE, "cluster", "bench")
 PORT_BASE = os.environ.get("CLUSTER_BENCH_PORT_BASE", "26643")
+WAIT_TIMEOUT = int(os.environ.get("BENCH_WAIT_TIMEOUT", "5400"))
 DAEMONSETS = ["nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter",
               "nvidia-mig-manager", "nvidia-operator-validator", "nfd-worker"]
 
@@ -70,6 +71,9 @@ def run_playbook(env, inventory):
     cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", inventory,
            os.path.join(ROOT, "playbooks", "cluster.yml"),
            "-e", "gpuops_cluster_components=['runtime_class','nfd','gfd','device_plugin','dcgm_exporter','mig_manager','validator']"]
+    # rollouts of thousands of pods on 2 cores outlast the roles' 600 s default waits
+    for role in ("nfd", "gfd", "device_plugin", "dcgm_exporter", "mig_manager", "validator"):
+        cmd += ["-e", "%s_wait_timeout=%d" % (role, WAIT_TIMEOUT)]
     t0 = time.time()
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
     dt = time.time() - t0
@@ -90,6 +94,8 @@ def verify(kubeconfig, n):
         assert d.status.desired_number_scheduled == n == d.status.number_ready, (ds, d.status)
     labelled = core.list_node(label_selector="nvidia.com/gpu.deploy.device-plugin=true").items
     assert len(labelled) == n, len(labelled)
+    validated = core.list_node(label_selector="nvidia.com/gpu.validated=true").items
+    assert len(validated) == n, len(validated)  # every node's validation Job completed
 
 
 def one(n, keep):

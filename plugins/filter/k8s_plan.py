@@ -20,7 +20,8 @@ description:
     and taints that the C(node_labels) role applies with server-side apply.
   - Companion filters in the same file are C(k8s_node_inputs), C(k8s_node_current),
     C(k8s_node_objects), C(k8s_placement), C(k8s_device_plugin_data), C(k8s_mig_config_names),
-    C(k8s_deploy_components), C(k8s_image) and C(k8s_name_refs).
+    C(k8s_deploy_components), C(k8s_vgpu_config_names), C(k8s_image), C(k8s_name_refs), C(k8s_node_label_objects),
+    C(k8s_ready_pod_nodes), C(k8s_validation_jobs), C(k8s_job_outcomes) and C(k8s_named_objects).
 positional: current, options
 options:
   _input:
@@ -52,6 +53,7 @@ from ansible.errors import AnsibleFilterError, AnsibleUndefinedVariable
 from ansible_collections.gpuops.nvidia.plugins.module_utils import (
     _k8s_device_plugin as dp,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_jobs as kj
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels as kl
 
 
@@ -138,6 +140,13 @@ def k8s_mig_config_names(doc):
         raise AnsibleFilterError("invalid MIG manager config:\n  - " + "\n  - ".join(e.errors))
 
 
+def k8s_vgpu_config_names(doc, default_name="default"):
+    try:
+        return dp.validate_vgpu_configs(doc, default_name)
+    except dp.ConfigError as e:
+        raise AnsibleFilterError("invalid vGPU device manager config:\n  - " + "\n  - ".join(e.errors))
+
+
 def k8s_image(spec, registry=None):
     """{repository, image, version} (+ registry override) -> image reference; sha256 versions use @."""
     repo = spec.get("repository") or ""
@@ -178,6 +187,25 @@ def k8s_ready_pod_nodes(pods):
     return sorted(out)
 
 
+def k8s_validation_jobs(nodes, prefix, key):
+    """Node names -> [{name, node, node_label}] of the per-node validation Jobs (see _k8s_jobs)."""
+    try:
+        return kj.jobs(nodes, prefix, key)
+    except ValueError as e:
+        raise AnsibleFilterError(str(e))
+
+
+def k8s_named_objects(names, api_version, kind, namespace=None):
+    """['a'] -> [{apiVersion, kind, metadata: {name: 'a', namespace}}] (deletions by name, in one call)."""
+    meta = {"namespace": namespace} if namespace else {}
+    return [{"apiVersion": api_version, "kind": kind, "metadata": dict(meta, name=n)} for n in names or []]
+
+
+def k8s_job_outcomes(resources, wanted):
+    """k8s_info Job resources + wanted Job names -> {complete, failed, running, missing, stale}."""
+    return kj.outcomes(resources, wanted)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -189,8 +217,12 @@ class FilterModule:
             "k8s_deploy_components": k8s_deploy_components,
             "k8s_device_plugin_data": k8s_device_plugin_data,
             "k8s_mig_config_names": k8s_mig_config_names,
+            "k8s_vgpu_config_names": k8s_vgpu_config_names,
             "k8s_image": k8s_image,
             "k8s_name_refs": k8s_name_refs,
             "k8s_node_label_objects": k8s_node_label_objects,
             "k8s_ready_pod_nodes": k8s_ready_pod_nodes,
+            "k8s_validation_jobs": k8s_validation_jobs,
+            "k8s_job_outcomes": k8s_job_outcomes,
+            "k8s_named_objects": k8s_named_objects,
         }

@@ -161,3 +161,44 @@ def validate_mig_configs(doc):
     if errors:
         raise ConfigError(errors)
     return sorted(configs)
+
+
+def validate_vgpu_configs(doc, default_name="default"):
+    """vgpu-device-manager config file (``version: v1``, ``vgpu-configs``); returns the names."""
+    errors = []
+    if not isinstance(doc, dict) or doc.get("version") != "v1":
+        raise ConfigError(["vGPU config: version must be v1"])
+    unknown = set(doc) - {"version", "vgpu-configs"}
+    if unknown:
+        errors.append("vGPU config: unknown keys {}".format(", ".join(sorted(unknown))))
+    configs = doc.get("vgpu-configs")
+    if not isinstance(configs, dict) or not configs:
+        raise ConfigError(errors + ["vGPU config: vgpu-configs must map config names to entry lists"])
+    for name, specs in configs.items():
+        if not isinstance(specs, list) or not specs:
+            errors.append(f"vGPU config {name!r}: needs at least one entry")
+            continue
+        for i, spec in enumerate(specs):
+            at = f"vGPU config {name!r}[{i}]"
+            if not isinstance(spec, dict):
+                errors.append(f"{at}: must be a mapping")
+                continue
+            unknown = set(spec) - {"devices", "vgpu-devices", "device-filter"}
+            if unknown:
+                errors.append("{}: unknown keys {}".format(at, ", ".join(sorted(unknown))))
+            devices = spec.get("devices")
+            if devices != "all" and not (isinstance(devices, list) and devices
+                                         and all(isinstance(d, int) and d >= 0 for d in devices)):
+                errors.append(f"{at}: devices must be 'all' or a list of GPU indexes")
+            vgpus = spec.get("vgpu-devices")
+            if not isinstance(vgpus, dict):
+                errors.append(f"{at}: vgpu-devices must map vGPU types to counts")
+                continue
+            for vtype, count in vgpus.items():
+                if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                    errors.append(f"{at}: vgpu-devices[{vtype!r}] must be an integer >= 1, got {count!r}")
+    if default_name not in configs:
+        errors.append(f"vGPU config: the default config {default_name!r} is not defined")
+    if errors:
+        raise ConfigError(errors)
+    return sorted(configs)

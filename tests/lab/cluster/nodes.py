@@ -97,8 +97,18 @@ def inventory(nodes, kubeconfig, roots_dir):
     }
 
 
+def node_status(n):
+    """GPU nodes advertise nvidia.com/gpu = their GPU count, as the device plugin would register it
+    with a kubelet (KWOK has none); KWOK keeps a status that is already set and fills the rest."""
+    count = int((n.get("gpu") or {}).get("count") or 0)
+    if not count:
+        return None
+    res = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(count)}
+    return {"capacity": dict(res), "allocatable": dict(res)}
+
+
 def node_object(n):
-    return {
+    obj = {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
@@ -113,6 +123,10 @@ def node_object(n):
             },
         },
     }
+    status = node_status(n)
+    if status:
+        obj["status"] = status  # Node status may be set on create
+    return obj
 
 
 def sync(api, nodes):

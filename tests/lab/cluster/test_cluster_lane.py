@@ -45,6 +45,8 @@ DAEMONSETS = {
     "nvidia-dcgm-exporter": "container",
     "nvidia-operator-validator": "container",
     "nvidia-mig-manager": "mig",
+    "nvidia-sandbox-device-plugin-daemonset": "vm",
+    "nvidia-vgpu-device-manager": "vgpu",
 }
 
 config.load_kube_config(KUBECONFIG)
@@ -70,6 +72,18 @@ def pods_by_ds(ns=NS):
             if r.kind == "DaemonSet" and p.metadata.deletion_timestamp is None:
                 out.setdefault(r.name, set()).add(p.spec.node_name)
     return out
+
+
+def validation_jobs(ns=NS):
+    """{node: (job name, Complete?)} of the validator's per-node Jobs, and where their pods ran."""
+    batch = client.BatchV1Api()
+    out = {}
+    for j in batch.list_namespaced_job(ns, label_selector="app=gpuops-validation").items:
+        done = any(c.type == "Complete" and c.status == "True" for c in j.status.conditions or [])
+        out[j.metadata.annotations["gpuops.nvidia/node"]] = (j.metadata.name, done)
+    ran = {p.spec.node_name for p in core.list_namespaced_pod(ns, label_selector="app=gpuops-validation").items
+           if p.status.phase == "Succeeded"}
+    return out, ran
 
 
 def playbook(*extra, inventory=INVENTORY, check=True):
@@ -152,7 +166,8 @@ def test_spec_nodes_are_ready(baseline):
     assert all(not ours(labels) for labels, _ in baseline.values())
 
 
-@pytest.mark.parametrize("case", ["unknown-kind", "two-kinds", "unknown-mig-strategy", "replicas-1", "same-node-twice"])
+@pytest.mark.parametrize("case", ["unknown-kind", "two-kinds", "unknown-mig-strategy", "replicas-1", "same-node-twice",
+                                  "vgpu-count-0"])
 def test_bad_input_refused_before_anything_applied(case, tmp_path, baseline):
     extra, inv = [], INVENTORY
     if case == "unknown-kind":
@@ -170,6 +185,12 @@ def test_bad_input_refused_before_anything_applied(case, tmp_path, baseline):
     elif case == "unknown-mig-strategy":
         extra = ["-e", "gpuops_mig_strategy=dual"]
         expect = "node_labels_mig_strategy must be one of: none, single, mixed, got: dual"
+    elif case == "vgpu-count-0":
+        cfg = tmp_path / "vgpu.yml"
+        cfg.write_text(yaml.safe_dump({"gpuops_vgpu_device_manager_config": {"version": "v1", "vgpu-configs": {
+            "default": [{"devices": "all", "vgpu-devices": {"A10-4Q": 0}}]}}}))
+        extra = ["-e", f"@{cfg}"]
+        expect = "vGPU config 'default'[0]: vgpu-devices['A10-4Q'] must be an integer >= 1, got 0"
     else:
         cfg = tmp_path / "dp.yml"
         cfg.write_text(yaml.safe_dump({"gpuops_device_plugin_configs": {"time-sliced-4": {"version": "v1", "sharing": {
@@ -219,8 +240,9 @@ def check_cluster(container_gpu, passthrough, mig_capable):
         assert taints == (GPU_TAINT if gpu else []), name
         if not gpu:  # NFD system labels (kernel, OS) are fine; nothing NVIDIA
             assert not [k for k in ours(labels) if k.startswith("nvidia.com/") or "10de" in k], name
-    expect = {ds: (set(mig_capable) & set(container_gpu) if kind == "mig" else set(container_gpu))
-              for ds, kind in DAEMONSETS.items()}
+    where = {"container": set(container_gpu), "mig": set(mig_capable) & set(container_gpu),
+             "vm": set(passthrough) | VGPU, "vgpu": set(VGPU)}
+    expect = {ds: where[kind] for ds, kind in DAEMONSETS.items()}
     got = wait_placement(expect)
     assert got == expect
     # NFD worker: every node
@@ -262,6 +284,10 @@ def test_install_places_components_exactly():
     dp = apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset", NS).spec.template.spec
     assert dp.containers[0].image == "registry.lab.internal:5000/nvidia/k8s-device-plugin:v0.20.0"
     assert dp.runtime_class_name == "nvidia"
+    sdp = apps.read_namespaced_daemon_set("nvidia-sandbox-device-plugin-daemonset", NS).spec.template.spec
+    assert sdp.containers[0].image == "registry.lab.internal:5000/nvidia/kubevirt-gpu-device-plugin:v1.6.0"
+    vgpu_cfg = yaml.safe_load(core.read_namespaced_config_map("vgpu-devices-config", NS).data["config.yaml"])
+    assert vgpu_cfg["vgpu-configs"]["default"] == [{"devices": "all", "vgpu-devices": {"A10-4Q": 6}}]
     # device plugin configs rendered and valid
     cm = core.read_namespaced_config_map("nvidia-device-plugin-configs", NS).data
     assert sorted(cm) == ["default", "mps-2", "time-sliced-4"]
@@ -283,6 +309,10 @@ def test_install_places_components_exactly():
     q = core.read_namespaced_resource_quota("nvidia-gpu-quota", "team-a")
     assert q.spec.hard == {"requests.nvidia.com/gpu": "8"}
     assert client.SchedulingV1Api().read_priority_class("nvidia-gpu-high").value == 100000
+    # validator: one completed Job per container GPU node, its pod ran on that node
+    jobs, ran = validation_jobs()
+    assert set(jobs) == CONTAINER_GPU and all(done for _, done in jobs.values()), jobs
+    assert ran == CONTAINER_GPU
     # validator: readiness label exactly on container GPU nodes
     validated = {n for n, o in nodes().items() if o.metadata.labels.get("nvidia.com/gpu.validated") == "true"}
     assert validated == CONTAINER_GPU
@@ -291,12 +321,29 @@ def test_install_places_components_exactly():
 
 def test_second_run_changes_nothing():
     before = {n: (o.metadata.labels, o.spec.taints) for n, o in nodes().items()}
+    jobs_before, _ = validation_jobs()
     r = playbook()
     changed = recap_changed(r.stdout)
     assert changed and all(v == 0 for v in changed.values()), changed
     after = {n: (o.metadata.labels, o.spec.taints) for n, o in nodes().items()}
     assert before == after
+    assert validation_jobs()[0] == jobs_before  # the same Jobs, not validated again
     print(f"no-op rerun: {r.seconds:.1f}s")
+
+
+def test_schema_validation_refuses_unknown_fields(tmp_path):
+    """gpuops_k8s_validate (on in vars.yml): a manifest with a field its schema lacks is refused
+    client-side, before the object reaches the API server."""
+    ds_before = apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset", NS)
+    bad = tmp_path / "bad.yml"
+    bad.write_text(yaml.safe_dump({"device_plugin_resources": {"limitz": {"cpu": "1"}},
+                                   "gpuops_cluster_components": ["device_plugin"]}))
+    r = playbook("-e", f"@{bad}", check=False)
+    assert r.returncode != 0
+    assert "DaemonSet nvidia-device-plugin-daemonset: resource definition validation error" in r.stdout, r.stdout[-4000:]
+    assert "limitz" in r.stdout
+    ds_after = apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset", NS)
+    assert ds_after.metadata.resource_version == ds_before.metadata.resource_version
 
 
 def test_changing_workload_moves_components(tmp_path):
@@ -310,6 +357,8 @@ def test_changing_workload_moves_components(tmp_path):
     check_cluster(container_gpu, passthrough, MIG_CAPABLE_CONTAINER)
     validated = {n for n, o in nodes().items() if o.metadata.labels.get("nvidia.com/gpu.validated") == "true"}
     assert validated == container_gpu
+    jobs, _ = validation_jobs()  # l40s-0's Job deleted, pt-1 validated
+    assert set(jobs) == container_gpu and all(done for _, done in jobs.values()), jobs
 
 
 def test_helm_path_with_local_chart():

@@ -23,7 +23,7 @@ accel="${VM_ACCEL:-tcg}"  # TCG: KVM is not dependable on the lane hosts
 # so qemu runs with -no-reboot and a small supervisor cold-starts it again (same disk, same SSH
 # port) whenever the guest kernel said "Restarting system".  Guest power-off ends the VM.
 qemu_cmd=(qemu-system-x86_64
-  -name "gpuops-$name" -machine q35,kernel-irqchip=split,accel="$accel" -cpu max -smp 1 -m "$VM_MEM"
+  -name "gpuops-$name" -machine q35,kernel-irqchip=split,accel="$accel" -cpu max -smp "${VM_SMP:-1}" -m "$VM_MEM"
   -device intel-iommu,intremap=on
   -drive file="$d/disk.qcow2",if=none,id=d0,format=qcow2,cache=unsafe -device virtio-blk-pci,drive=d0
   -netdev user,id=n0,hostfwd=tcp:127.0.0.1:"$port"-:22 -device virtio-net-pci,netdev=n0

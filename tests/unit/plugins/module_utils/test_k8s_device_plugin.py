@@ -65,3 +65,26 @@ def test_mig_configs():
         dp.validate_mig_configs(bad)
     with pytest.raises(dp.ConfigError, match="version must be v1"):
         dp.validate_mig_configs({"version": "v2"})
+
+
+def test_vgpu_configs_valid():
+    doc = {"version": "v1", "vgpu-configs": {"default": [{"devices": "all", "vgpu-devices": {"A10-4Q": 6}}],
+                                             "split": [{"devices": [0, 1], "vgpu-devices": {"A10-2Q": 12}}]}}
+    assert dp.validate_vgpu_configs(doc) == ["default", "split"]
+
+
+@pytest.mark.parametrize("doc, expect", [
+    ({"version": "v2", "vgpu-configs": {}}, "version must be v1"),
+    ({"version": "v1", "vgpu-configs": {}}, "vgpu-configs must map config names"),
+    ({"version": "v1", "vgpu-configs": {"default": []}}, "'default': needs at least one entry"),
+    ({"version": "v1", "vgpu-configs": {"default": [{"devices": "some", "vgpu-devices": {}}]}}, "devices must be 'all'"),
+    ({"version": "v1", "vgpu-configs": {"default": [{"devices": "all", "vgpu-devices": {"A10-4Q": True}}]}},
+     "must be an integer >= 1, got True"),
+    ({"version": "v1", "vgpu-configs": {"default": [{"devices": "all", "vgpu-devices": {}, "mig": 1}]}}, "unknown keys mig"),
+    ({"version": "v1", "vgpu-configs": {"other": [{"devices": "all", "vgpu-devices": {}}]}},
+     "default config 'default' is not defined"),
+])
+def test_vgpu_configs_refused(doc, expect):
+    with pytest.raises(dp.ConfigError) as e:
+        dp.validate_vgpu_configs(doc)
+    assert expect in str(e.value)
