@@ -14,6 +14,8 @@ description:
     container toolkit missing, CUDA version mismatch, MIG mode change pending, VM nodes whose
     GPUs or companions are not on vfio-pci, shared IOMMU groups, IOMMU off, vGPU manager missing.
   - Each finding has C(id), C(severity) (error, warning, info), C(summary), C(remediation) and C(detail).
+  - The companion filter C(gpu_readiness(facts, workload, reboot_reasons, validated)) returns C(ready) and
+    C(reasons) (error finding ids, C(reboot-pending), C(not-validated)) for the readiness report.
 positional: expect
 options:
   _input:
@@ -42,7 +44,7 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._doctor import diagnose
+from ansible_collections.gpuops.nvidia.plugins.module_utils._doctor import diagnose, readiness
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -54,6 +56,13 @@ def gpu_diagnose(facts, expect=None):
     return sorted(findings, key=lambda f: _ORDER.get(f["severity"], 3))
 
 
+def gpu_readiness(facts, workload=None, reboot_reasons=None, validated=None):
+    """{ready, reasons}: no error finding for the workload, no reboot pending, validation passed (if any)."""
+    if facts is not None and not isinstance(facts, dict):
+        raise AnsibleFilterError("gpu_readiness expects ansible_facts.gpu (a dict), got %s" % type(facts).__name__)
+    return readiness(facts or {}, workload, reboot_reasons, validated)
+
+
 class FilterModule:
     def filters(self):
-        return {"gpu_diagnose": gpu_diagnose}
+        return {"gpu_diagnose": gpu_diagnose, "gpu_readiness": gpu_readiness}

@@ -149,3 +149,22 @@ def _mig_checks(facts):
                           "GPU %s MIG mode change pending (current %s, pending %s)" % (dev["index"], mode["current"], mode["pending"]),
                           "stop GPU clients (nvidia-persistenced, nvidia_drm users, dcgm, fabric manager) and reset the GPU, or reboot"))
     return out
+
+
+def readiness(facts, workload=None, reboot_reasons=None, validated=None):
+    """Is the node ready for its workload? -> {"ready": bool, "reasons": [str]}.
+
+    Ready means: no error-severity finding for the node's workload kind, no reboot pending, and,
+    when the cluster validated it (``validated`` is True/False; None = not a validated node),
+    its validation passed. A node without GPUs and without a GPU workload is ready (CPU node).
+    """
+    facts = facts or {}
+    reasons = []
+    if facts.get("count", len(facts.get("devices") or [])) or workload:
+        expect = {"workload": workload or ""}
+        reasons += [f["id"] for f in diagnose(facts, expect) if f["severity"] == "error"]
+    if reboot_reasons:
+        reasons.append("reboot-pending")
+    if validated is False:
+        reasons.append("not-validated")
+    return {"ready": not reasons, "reasons": reasons}

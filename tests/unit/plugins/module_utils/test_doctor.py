@@ -107,3 +107,31 @@ def test_filter_sorts_errors_first_and_rejects_bad_input(roots):
     assert [f["severity"] for f in out] == ["error", "warning"]
     with pytest.raises(AnsibleFilterError, match="expects ansible_facts.gpu"):
         gpu_diagnose("nope")
+
+
+def test_readiness_healthy_container_node(roots, h200_nvml):
+    facts = facts_of(roots["h200"], h200_nvml)
+    assert _doctor.readiness(facts, "container") == {"ready": True, "reasons": []}
+    # a validated node must have passed; a node outside validation (None) is judged on facts alone
+    assert _doctor.readiness(facts, "container", validated=False) == {"ready": False, "reasons": ["not-validated"]}
+    assert _doctor.readiness(facts, "container", reboot_reasons=["kernel args"])["reasons"] == ["reboot-pending"]
+
+
+def test_readiness_uses_the_workload_kind(roots, h200_nvml):
+    facts = facts_of(roots["h200"], h200_nvml)  # GPU on the nvidia driver: wrong for vm-passthrough
+    r = _doctor.readiness(facts, "vm-passthrough")
+    assert not r["ready"] and "vfio-not-bound" in r["reasons"]
+
+
+def test_readiness_cpu_node_and_missing_gpu(roots):
+    facts = facts_of(roots["no-gpu"])
+    assert _doctor.readiness(facts, None)["ready"] is True  # CPU node
+    assert _doctor.readiness(facts, "container")["reasons"] == ["gpu-not-detected"]
+
+
+def test_readiness_filter_refuses_non_dict():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.gpuops.nvidia.plugins.filter import gpu_diagnose as f
+    with pytest.raises(AnsibleFilterError):
+        f.gpu_readiness(["not", "facts"])
+    assert f.gpu_readiness(None, None) == {"ready": True, "reasons": []}
