@@ -19,6 +19,12 @@ RESOURCE_KEYS = {"name", "rename", "devices", "replicas"}
 SHARING_SPEC_KEYS = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
 
 
+def _check_keys(errors, where, mapping, allowed):
+    unknown = set(mapping) - set(allowed)
+    if unknown:
+        errors.append("{}: unknown keys {}".format(where, ", ".join(sorted(unknown))))
+
+
 class ConfigError(ValueError):
     def __init__(self, errors):
         self.errors = list(errors)
@@ -29,9 +35,7 @@ def _validate_sharing(where, kind, spec, mig_strategy, errors, warnings):
     if not isinstance(spec, dict):
         errors.append(f"{where}: sharing.{kind} must be a mapping")
         return
-    unknown = set(spec) - SHARING_SPEC_KEYS
-    if unknown:
-        errors.append("{}: sharing.{}: unknown keys {}".format(where, kind, ", ".join(sorted(unknown))))
+    _check_keys(errors, "{}: sharing.{}".format(where, kind), spec, SHARING_SPEC_KEYS)
     resources = spec.get("resources")
     if not resources:
         errors.append(f"{where}: sharing.{kind}.resources must list at least one resource")
@@ -41,9 +45,7 @@ def _validate_sharing(where, kind, spec, mig_strategy, errors, warnings):
         if not isinstance(res, dict):
             errors.append(f"{at} must be a mapping")
             continue
-        unknown = set(res) - RESOURCE_KEYS
-        if unknown:
-            errors.append("{}: unknown keys {}".format(at, ", ".join(sorted(unknown))))
+        _check_keys(errors, at, res, RESOURCE_KEYS)
         name = res.get("name")
         if not isinstance(name, str) or not (name == "nvidia.com/gpu" or name.startswith("nvidia.com/mig-")):
             errors.append(f"{at}: name must be nvidia.com/gpu or nvidia.com/mig-<profile>, got {name!r}")
@@ -68,9 +70,7 @@ def validate(name, config, default_mig_strategy="single"):
     where = f"device plugin config {name!r}"
     if not isinstance(config, dict):
         raise ConfigError([f"{where} must be a mapping"])
-    unknown = set(config) - {"version", "flags", "sharing", "resources", "imex"}
-    if unknown:
-        errors.append("{}: unknown keys {}".format(where, ", ".join(sorted(unknown))))
+    _check_keys(errors, where, config, {"version", "flags", "sharing", "resources", "imex"})
     version = config.get("version", "v1")
     if version != "v1":
         errors.append(f"{where}: version must be v1, got {version!r}")
@@ -88,9 +88,7 @@ def validate(name, config, default_mig_strategy="single"):
     if plugin.get("deviceIDStrategy", "uuid") not in ("uuid", "index"):
         errors.append(f"{where}: deviceIDStrategy must be uuid or index")
     sharing = config.get("sharing") or {}
-    unknown = set(sharing) - set(SHARING_KEYS)
-    if unknown:
-        errors.append("{}: sharing: unknown keys {}".format(where, ", ".join(sorted(unknown))))
+    _check_keys(errors, "{}: sharing".format(where), sharing, SHARING_KEYS)
     for kind in SHARING_KEYS:
         if sharing.get(kind) is not None:
             _validate_sharing(where, kind, sharing[kind], strategy, errors, warnings)
@@ -135,9 +133,7 @@ def validate_mig_configs(doc):
     errors = []
     if not isinstance(doc, dict) or doc.get("version") != "v1":
         raise ConfigError(["MIG config: version must be v1"])
-    unknown = set(doc) - {"version", "mig-configs"}
-    if unknown:
-        errors.append("MIG config: unknown keys {}".format(", ".join(sorted(unknown))))
+    _check_keys(errors, "MIG config", doc, {"version", "mig-configs"})
     configs = doc.get("mig-configs") or {}
     for name, specs in configs.items():
         if not specs:
@@ -145,9 +141,7 @@ def validate_mig_configs(doc):
             continue
         for i, spec in enumerate(specs):
             at = f"MIG config {name!r}[{i}]"
-            unknown = set(spec) - {"devices", "mig-enabled", "mig-devices", "device-filter"}
-            if unknown:
-                errors.append("{}: unknown keys {}".format(at, ", ".join(sorted(unknown))))
+            _check_keys(errors, at, spec, {"devices", "mig-enabled", "mig-devices", "device-filter"})
             if "devices" not in spec or "mig-enabled" not in spec:
                 errors.append(f"{at}: devices and mig-enabled are required")
                 continue
@@ -168,9 +162,7 @@ def validate_vgpu_configs(doc, default_name="default"):
     errors = []
     if not isinstance(doc, dict) or doc.get("version") != "v1":
         raise ConfigError(["vGPU config: version must be v1"])
-    unknown = set(doc) - {"version", "vgpu-configs"}
-    if unknown:
-        errors.append("vGPU config: unknown keys {}".format(", ".join(sorted(unknown))))
+    _check_keys(errors, "vGPU config", doc, {"version", "vgpu-configs"})
     configs = doc.get("vgpu-configs")
     if not isinstance(configs, dict) or not configs:
         raise ConfigError(errors + ["vGPU config: vgpu-configs must map config names to entry lists"])
@@ -183,9 +175,7 @@ def validate_vgpu_configs(doc, default_name="default"):
             if not isinstance(spec, dict):
                 errors.append(f"{at}: must be a mapping")
                 continue
-            unknown = set(spec) - {"devices", "vgpu-devices", "device-filter"}
-            if unknown:
-                errors.append("{}: unknown keys {}".format(at, ", ".join(sorted(unknown))))
+            _check_keys(errors, at, spec, {"devices", "vgpu-devices", "device-filter"})
             devices = spec.get("devices")
             if devices != "all" and not (isinstance(devices, list) and devices
                                          and all(isinstance(d, int) and d >= 0 for d in devices)):
