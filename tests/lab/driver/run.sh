@@ -56,8 +56,18 @@ play() {  # play LOGNAME [ansible-playbook args...] -> prints seconds; log in $O
 }
 recap_changed() { sed -n 's/.* changed=\([0-9]*\) .*/\1/p' "$OUT/$1.log" | tail -1; }
 
-log "guest up after ${boot}s; run 1: install nvidia-driver 535 with DKMS (TCG: slow)"
+# Host-side package cache: the .deb files of the previous run are copied into the guest's apt
+# archive before the role runs (apt checks each against the freshly updated index and downloads
+# what is missing or stale), and the guest's archive is copied back afterwards.
+DEB_CACHE="${DRIVER_DEB_CACHE:-$VM_CACHE/apt-archives-$DEBIAN_SUITE}"
+mkdir -p "$DEB_CACHE"
+seeded=$(find "$DEB_CACHE" -maxdepth 1 -name '*.deb' | wc -l)
+if [ "$seeded" -gt 0 ]; then
+  (cd "$DEB_CACHE" && tar -cf - ./*.deb) | gssh 'tar -C /var/cache/apt/archives -xf -'
+fi
+log "guest up after ${boot}s ($seeded cached packages seeded); run 1: install nvidia-driver 535 with DKMS (TCG: slow)"
 install_s=$(play 1-install -e driver_lab_phase=present)
+gssh 'cd /var/cache/apt/archives && tar -cf - *.deb' | tar -C "$DEB_CACHE" -xf - || log "could not copy the guest's packages back (cache not updated)"
 dkms_s=$(gssh 'log=$(ls /var/lib/dkms/nvidia-current/*/build/make.log 2>/dev/null | head -1); [ -n "$log" ] || exit 0;
   start=$(date -d "$(sed -n 2p "$log")" +%s); end=$(stat -c %Y "$log"); echo $((end - start))' || true)
 log "run 2: the same again must change nothing"
@@ -73,6 +83,7 @@ absent2_s=$(play 5-absent-again -e driver_lab_phase=absent)
 total=$(( $(date +%s) - t0 ))
 tee "$OUT/timings.txt" <<TXT
 boot_to_ssh_s=$boot
+cached_debs_seeded=$seeded
 install_run_s=$install_s
 dkms_build_s=${dkms_s:-unknown}
 second_run_s=$again_s (changed=0)
