@@ -67,7 +67,22 @@ def count_audit(path, since):
     return dict(by_client), dict(by_verb)
 
 
-def run_playbook(env, inventory):
+LOGS = os.path.join(CACHE, "cluster", "bench-logs")
+
+
+def changed_tasks(stdout):
+    """Names of the tasks that reported 'changed' (the TASK header above each 'changed:' line)."""
+    out, task = [], None
+    for line in stdout.splitlines():
+        m = re.match(r"^TASK \[(.*)\]", line)
+        if m:
+            task = m.group(1)
+        elif line.startswith("changed:") and task and task not in out:
+            out.append(task)
+    return out
+
+
+def run_playbook(env, inventory, log_name):
     cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", inventory,
            os.path.join(ROOT, "playbooks", "cluster.yml"),
            "-e", "gpuops_cluster_components=['runtime_class','nfd','gfd','device_plugin','dcgm_exporter','mig_manager','validator']"]
@@ -77,11 +92,14 @@ def run_playbook(env, inventory):
     t0 = time.time()
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
     dt = time.time() - t0
+    os.makedirs(LOGS, exist_ok=True)
+    with open(os.path.join(LOGS, log_name), "w") as f:
+        f.write(r.stdout + r.stderr)
     if r.returncode != 0:
         sys.stderr.write(r.stdout[-6000:] + r.stderr[-2000:])
         raise SystemExit("playbook failed")
     changed = sum(int(m) for m in re.findall(r"changed=(\d+)", r.stdout.split("PLAY RECAP")[-1]))
-    return dt, changed
+    return dt, changed, changed_tasks(r.stdout)
 
 
 def verify(kubeconfig, n):
@@ -131,12 +149,14 @@ def one(n, keep):
     nodes_ready_s = time.time() - t0
     audit = os.path.join(DIR, "logs", "audit.log")
     start = time.time()
-    first_s, first_changed = run_playbook(penv, inventory)
+    first_s, first_changed, _ = run_playbook(penv, inventory, "first-%d.log" % n)
     verify(kubeconfig, n)
     time.sleep(2)  # audit batch flush
     first_req = count_audit(audit, start)
     start2 = time.time()
-    second_s, second_changed = run_playbook(penv, inventory)
+    second_s, second_changed, second_tasks = run_playbook(penv, inventory, "rerun-%d.log" % n)
+    not_ready = [x.metadata.name for x in core.list_node().items
+                 if not any(c.type == "Ready" and c.status == "True" for c in x.status.conditions or [])]
     time.sleep(2)
     # requests of the rerun only: everything after start2
     second_req = count_audit(audit, start2)
@@ -145,6 +165,7 @@ def one(n, keep):
         "first_run_s": round(first_s, 1), "first_run_changed_tasks": first_changed,
         "first_run_requests_by_client": first_req[0], "first_run_ansible_requests_by_verb": first_req[1],
         "rerun_s": round(second_s, 1), "rerun_changed_tasks": second_changed,
+        "rerun_changed_task_names": second_tasks, "nodes_not_ready_after_rerun": len(not_ready),
         "rerun_requests_by_client": second_req[0],
     }
     if not keep:
