@@ -21,7 +21,8 @@ description:
   - Companion filters in the same file are C(k8s_node_inputs), C(k8s_node_current),
     C(k8s_node_objects), C(k8s_placement), C(k8s_device_plugin_data), C(k8s_mig_config_names),
     C(k8s_deploy_components), C(k8s_vgpu_config_names), C(k8s_image), C(k8s_name_refs), C(k8s_node_label_objects),
-    C(k8s_ready_pod_nodes), C(k8s_validation_jobs), C(k8s_job_outcomes) and C(k8s_named_objects).
+    C(k8s_ready_pod_nodes), C(k8s_validation_jobs), C(k8s_job_outcomes), C(k8s_gpu_allocatable_split) and
+    C(k8s_named_objects).
 positional: current, options
 options:
   _input:
@@ -85,15 +86,15 @@ def k8s_node_inputs(hosts, hostvars):
     return out
 
 
-def k8s_node_current(resources):
-    """k8s_info Node resources -> {name: {labels, taints}}."""
-    return {
-        r["metadata"]["name"]: {
-            "labels": r["metadata"].get("labels") or {},
-            "taints": (r.get("spec") or {}).get("taints") or [],
-        }
-        for r in resources or []
-    }
+def k8s_node_current(resources, field_manager=None):
+    """k8s_info Node resources -> {name: {labels, taints}} (+ owned_labels of ``field_manager``)."""
+    out = {}
+    for r in resources or []:
+        cur = {"labels": r["metadata"].get("labels") or {}, "taints": (r.get("spec") or {}).get("taints") or []}
+        if field_manager:
+            cur["owned_labels"] = kl.owned_labels(r["metadata"].get("managedFields"), field_manager)
+        out[r["metadata"]["name"]] = cur
+    return out
 
 
 def k8s_node_plan(nodes, current=None, options=None):
@@ -110,8 +111,10 @@ def k8s_node_plan(nodes, current=None, options=None):
     return plan
 
 
-def k8s_node_objects(plan):
-    return kl.node_objects(plan)
+def k8s_node_objects(plan, current=None):
+    """Plan -> Node manifests to apply; with ``current`` (k8s_node_current with the field manager)
+    only the nodes that would change."""
+    return kl.node_objects(plan, current=current)
 
 
 def k8s_placement(plan):
@@ -195,6 +198,12 @@ def k8s_validation_jobs(nodes, prefix, key):
         raise AnsibleFilterError(str(e))
 
 
+def k8s_gpu_allocatable_split(nodes):
+    """k8s_info Node resources -> {gpu: [names advertising nvidia.com/gpu or MIG resources], no_gpu: [...]}."""
+    with_gpus, without = kj.split_by_gpu_allocatable(nodes)
+    return {"gpu": with_gpus, "no_gpu": without}
+
+
 def k8s_named_objects(names, api_version, kind, namespace=None):
     """['a'] -> [{apiVersion, kind, metadata: {name: 'a', namespace}}] (deletions by name, in one call)."""
     meta = {"namespace": namespace} if namespace else {}
@@ -225,4 +234,5 @@ class FilterModule:
             "k8s_validation_jobs": k8s_validation_jobs,
             "k8s_job_outcomes": k8s_job_outcomes,
             "k8s_named_objects": k8s_named_objects,
+            "k8s_gpu_allocatable_split": k8s_gpu_allocatable_split,
         }

@@ -84,3 +84,24 @@ def outcomes(resources, wanted):
         out[job_state(r)].append(node)
     out["missing"] = sorted(wanted - seen)
     return {k: sorted(v) for k, v in out.items()}
+
+
+def gpu_allocatable(node):
+    """Node resource (dict) -> GPUs it advertises (nvidia.com/gpu plus nvidia.com/mig-* resources)."""
+    alloc = (node.get("status") or {}).get("allocatable") or {}
+    total = 0
+    for key, value in alloc.items():
+        if key == "nvidia.com/gpu" or key.startswith("nvidia.com/mig-"):
+            try:
+                total += int(str(value))
+            except ValueError:
+                continue
+    return total
+
+
+def split_by_gpu_allocatable(nodes):
+    """Node resources -> (names advertising GPUs, names advertising none), each sorted."""
+    with_gpus, without = [], []
+    for n in nodes or []:
+        (with_gpus if gpu_allocatable(n) > 0 else without).append(n["metadata"]["name"])
+    return sorted(with_gpus), sorted(without)

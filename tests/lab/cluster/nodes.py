@@ -97,17 +97,36 @@ def inventory(nodes, kubeconfig, roots_dir):
     }
 
 
-def node_status(n):
-    """GPU nodes advertise nvidia.com/gpu = their GPU count, as the device plugin would register it
-    with a kubelet (KWOK has none); KWOK keeps a status that is already set and fills the rest."""
-    count = int((n.get("gpu") or {}).get("count") or 0)
+def root_gpu_count(root):
+    """NVIDIA display/3D functions of a node root bound to the nvidia driver (what the device plugin
+    would advertise: none on a nouveau node, none reserved for VMs)."""
+    devices = os.path.join(root or "", "sys", "bus", "pci", "devices")
+    count = 0
+    for dev in sorted(os.listdir(devices)) if root and os.path.isdir(devices) else []:
+        def read(name, dev=dev):
+            try:
+                with open(os.path.join(devices, dev, name)) as f:
+                    return f.read().strip()
+            except OSError:
+                return ""
+        driver = os.path.basename(os.path.realpath(os.path.join(devices, dev, "driver")))
+        if read("vendor") == "0x10de" and read("class").startswith("0x03") and driver == "nvidia":
+            count += 1
+    return count
+
+
+def node_status(n, roots_dir=None):
+    """GPU nodes advertise nvidia.com/gpu = their GPU count (declared, or counted in the node root),
+    as the device plugin would register it with a kubelet (KWOK has none); KWOK keeps a status
+    that is already set and fills the rest."""
+    count = int((n.get("gpu") or {}).get("count") or 0) or root_gpu_count(resolve_root(n.get("root"), roots_dir))
     if not count:
         return None
     res = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(count)}
     return {"capacity": dict(res), "allocatable": dict(res)}
 
 
-def node_object(n):
+def node_object(n, roots_dir=None):
     obj = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -123,23 +142,26 @@ def node_object(n):
             },
         },
     }
-    status = node_status(n)
+    status = node_status(n, roots_dir)
     if status:
         obj["status"] = status  # Node status may be set on create
     return obj
 
 
-def sync(api, nodes):
+def sync(api, nodes, roots_dir=None):
     from kubernetes.client.rest import ApiException
 
     want = {n["name"]: n for n in nodes}
     have = {o.metadata.name for o in api.list_node(label_selector=LAB_LABEL + "=true").items}
     created = deleted = 0
     for name, n in want.items():
-        if name in have:
+        if name in have:  # a kept cluster: bring the advertised GPUs up to the spec
+            status = node_status(n, roots_dir)
+            if status:
+                api.patch_node_status(name, {"status": status})
             continue
         try:
-            api.create_node(node_object(n))
+            api.create_node(node_object(n, roots_dir))
             created += 1
         except ApiException as e:  # created concurrently or pre-existing without our label
             if e.status != 409:
@@ -170,7 +192,7 @@ def main(argv=None):
         from kubernetes import client, config
 
         config.load_kube_config(args.kubeconfig)
-        created, deleted = sync(client.CoreV1Api(), nodes)
+        created, deleted = sync(client.CoreV1Api(), nodes, args.roots)
         print(f"[cluster] nodes: {len(nodes)} in spec, {created} created, {deleted} deleted; "
               f"inventory {args.inventory}", file=sys.stderr)
     return 0

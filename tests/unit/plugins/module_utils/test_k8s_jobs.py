@@ -67,3 +67,14 @@ def test_condition_false_is_not_an_outcome():
 def test_named_objects():
     assert f.k8s_named_objects(["j1"], "batch/v1", "Job", "ns") == [
         {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"namespace": "ns", "name": "j1"}}]
+
+
+def _node(name, **alloc):
+    return {"metadata": {"name": name}, "status": {"allocatable": dict({"cpu": "64", "pods": "110"}, **alloc)}}
+
+
+def test_nodes_split_by_advertised_gpus():
+    nodes = [_node("b", **{"nvidia.com/gpu": "8"}), _node("a"), _node("c", **{"nvidia.com/gpu": "0"}),
+             _node("d", **{"nvidia.com/mig-1g.18gb": "7"}), {"metadata": {"name": "e"}}]
+    assert f.k8s_gpu_allocatable_split(nodes) == {"gpu": ["b", "d"], "no_gpu": ["a", "c", "e"]}
+    assert kj.gpu_allocatable(_node("x", **{"nvidia.com/gpu": "bogus"})) == 0

@@ -145,3 +145,31 @@ def test_placement_and_objects():
     assert where["mig-manager"] == ["a"] and where["vgpu-manager"] == ["b"]
     objs = kl.node_objects(p)
     assert objs[0]["kind"] == "Node" and objs[0]["spec"]["taints"] == [kl.DEFAULT_TAINT]
+
+
+def _managed(manager, *labels, taints=False):
+    fields = {"f:metadata": {"f:labels": {"f:" + k: {} for k in labels}}}
+    if taints:
+        fields["f:spec"] = {"f:taints": {}}
+    return [{"manager": manager, "operation": "Apply", "fieldsV1": fields},
+            {"manager": "kwok", "operation": "Update", "fieldsV1": {"f:metadata": {"f:labels": {"f:type": {}}}}}]
+
+
+def test_only_nodes_that_would_change_are_applied():
+    node = {"name": "n1", "labels": {"a": "1", "b": "2"}, "taints": [kl.DEFAULT_TAINT]}
+    plan = {"nodes": [node]}
+    same = {"labels": {"a": "1", "b": "2", "type": "kwok"}, "taints": [kl.DEFAULT_TAINT],
+            "owned_labels": kl.owned_labels(_managed("gpuops", "a", "b", taints=True), "gpuops")}
+    assert same["owned_labels"] == {"a", "b"}
+    assert kl.node_objects(plan, current={"n1": same}) == []
+    # a value differs, a label we own is no longer wanted, a taint differs, ownership unknown
+    for change in ({"labels": dict(same["labels"], b="3")},
+                   {"owned_labels": {"a", "b", "old"}},
+                   {"taints": []},
+                   {"owned_labels": None}):
+        have = dict(same, **change)
+        if have["owned_labels"] is None:
+            del have["owned_labels"]
+        assert [o["metadata"]["name"] for o in kl.node_objects(plan, current={"n1": have})] == ["n1"], change
+    # without current state every node is applied (as before)
+    assert len(kl.node_objects(plan)) == 1
