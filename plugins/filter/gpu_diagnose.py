@@ -13,13 +13,24 @@ description:
     detected, nouveau conflict, missing kernel headers, driver not loaded, nvidia-smi or the
     container toolkit missing, CUDA version mismatch, MIG mode change pending, VM nodes whose
     GPUs or companions are not on vfio-pci, shared IOMMU groups, IOMMU off, vGPU manager missing.
+  - On container nodes with a loaded driver, when the input has C(container_runtime) (the doctor role reads it),
+    the "nvidia-smi not found in the container" case - no CDI spec for C(nvidia.com/gpu), no nvidia runtime in
+    the containerd (with its imports), CRI-O or Docker config, no runtime config at all, a broken or unreadable
+    config, and (containerd before 2.1) a later import that shadows the nvidia runtime.
   - Each finding has C(id), C(severity) (error, warning, info), C(summary), C(remediation) and C(detail).
   - The companion filter C(gpu_readiness(facts, workload, reboot_reasons, validated)) returns C(ready) and
     C(reasons) (error finding ids, C(reboot-pending), C(not-validated)) for the readiness report.
+  - The companion filters C(gpu_doctor_read(state, slurp_results, globbed)) and C(gpu_doctor_pending(state)) are
+    the doctor role's plumbing - merge slurped config files into C(container_runtime), and name the containerd
+    imports still to be read.
 positional: expect
 options:
   _input:
-    description: C(ansible_facts.gpu), optionally with C(probes) (C(nvidia_smi), C(toolkit), C(mdev_types) booleans).
+    description:
+      - C(ansible_facts.gpu), optionally with C(probes) (C(nvidia_smi), C(toolkit), C(mdev_types) booleans)
+        and C(container_runtime) - C(runtime) (auto, containerd, crio, docker, none), C(runtime_name),
+        C(containerd_config), C(crio_config), C(crio_config_dir), C(docker_config), C(cdi_dirs) and the
+        node's files as C(files) (path to text, null when absent), C(unreadable), C(globbed).
     type: dict
     required: true
   expect:
@@ -44,7 +55,12 @@ _value:
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._doctor import diagnose, readiness
+from ansible_collections.gpuops.nvidia.plugins.module_utils._doctor import (
+    diagnose,
+    readiness,
+    runtime_pending,
+    runtime_read,
+)
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -63,6 +79,23 @@ def gpu_readiness(facts, workload=None, reboot_reasons=None, validated=None):
     return readiness(facts or {}, workload, reboot_reasons, validated)
 
 
+def gpu_doctor_read(state, results, globbed=None):
+    """Merge a slurp loop's results (item = path on the node) into the doctor's container_runtime state."""
+    if state is not None and not isinstance(state, dict):
+        raise AnsibleFilterError("gpu_doctor_read expects the container_runtime state (a dict), got %s" % type(state).__name__)
+    if not isinstance(results, list):
+        raise AnsibleFilterError("gpu_doctor_read expects a slurp loop's results (a list), got %s" % type(results).__name__)
+    return runtime_read(state or {}, results, globbed or [])
+
+
+def gpu_doctor_pending(state):
+    """containerd imports still to read: {read: [paths], globs: [{pattern, dir, depth, name}]}."""
+    if not isinstance(state, dict):
+        raise AnsibleFilterError("gpu_doctor_pending expects the container_runtime state (a dict), got %s" % type(state).__name__)
+    return runtime_pending(state)
+
+
 class FilterModule:
     def filters(self):
-        return {"gpu_diagnose": gpu_diagnose, "gpu_readiness": gpu_readiness}
+        return {"gpu_diagnose": gpu_diagnose, "gpu_readiness": gpu_readiness,
+                "gpu_doctor_read": gpu_doctor_read, "gpu_doctor_pending": gpu_doctor_pending}

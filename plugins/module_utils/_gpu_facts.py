@@ -81,8 +81,10 @@ def _enrich_products(gpus, nvml):
                         "mig_capable": mig, "facts_source": "builtin"})
 
 
-def gather(root="/", subsets=SUBSETS, nvml_lib=None, load_nvml=_nvml.load):
-    """Return (facts, warnings).  ``nvml_lib``: a pynvml-like object, or None to import pynvml."""
+def gather(root="/", subsets=SUBSETS, nvml_lib=None, load_nvml=_nvml.load, gfd_config=None):
+    """Return (facts, warnings).  ``nvml_lib``: a pynvml-like object, or None to import pynvml.
+    ``gfd_config``: a device-plugin/GFD config (sharing, flags.migStrategy) the GFD labels are
+    computed under (_labels.gfd_labels); None: GFD without a config file."""
     warnings = []
     notes = []
     facts = {"root": root, "gather_subset": list(subsets)}
@@ -134,12 +136,18 @@ def gather(root="/", subsets=SUBSETS, nvml_lib=None, load_nvml=_nvml.load):
         facts["iommu"] = _host.read_iommu(root, kernel, groups, warnings)
 
     facts["machine"] = _host.read_machine(root)
-    facts["labels"] = compute_labels(facts, kernel, driver, nvml)
+    vgpu = None
+    if gpus:
+        # GFD looks at every NVIDIA function's PCI config space for a vGPU capability
+        vgpu, vgpu_note = _labels.read_vgpu_devices(root, [d["bdf"] for d in nvidia])
+        if vgpu_note:
+            notes.append(vgpu_note)
+    facts["labels"] = compute_labels(facts, kernel, driver, nvml, vgpu=vgpu, gfd_config=gfd_config)
     facts["notes"] = notes
     return facts, warnings
 
 
-def compute_labels(facts, kernel, driver, nvml):
+def compute_labels(facts, kernel, driver, nvml, vgpu=None, gfd_config=None):
     labels = {}
     functions = facts.get("devices", []) + facts.get("others", []) + facts.get("nvswitches", [])
     labels.update(_labels.nfd_pci_labels(functions))
@@ -148,7 +156,9 @@ def compute_labels(facts, kernel, driver, nvml):
     host_gpus = [d for d in facts.get("devices", []) if d.get("driver") not in _pci.VFIO_DRIVERS]
     driver_version = (nvml or {}).get("driver_version") or (driver or {}).get("version")
     cuda = (nvml or {}).get("cuda_driver_version")
-    labels.update(_labels.gfd_labels(host_gpus, driver_version, cuda, facts.get("machine")))
+    # GFD reads the DMI product name under the root; "unknown" when it cannot be read
+    machine = _labels.machine_type(facts.get("machine"))
+    labels.update(_labels.gfd_labels(host_gpus, driver_version, cuda, machine, config=gfd_config, vgpu=vgpu))
     if nvml:
         labels["nvidia.com/mig.capable"] = "true" if any(d["mig_capable"] for d in nvml["devices"]) else "false"
     return labels

@@ -42,7 +42,10 @@ options:
     type: path
     default: /etc/cdi/nvidia.yaml
   state:
-    description: C(absent) removes the spec file.
+    description:
+      - C(present) writes the spec.
+      - C(absent) removes the file at O(path) and nothing else (no other spec, no directory);
+        nothing is read from the host then. Check and diff mode work as for C(present).
     type: str
     choices: [present, absent]
     default: present
@@ -101,6 +104,11 @@ EXAMPLES = r"""
   gpuops.nvidia.cdi_spec:
     path: /var/run/cdi/nvidia.json
     device_name_strategy: [uuid]
+
+- name: Uninstall the spec (only the file at path is removed)
+  gpuops.nvidia.cdi_spec:
+    path: /etc/cdi/nvidia.yaml
+    state: absent
 """
 
 RETURN = r"""
@@ -143,11 +151,12 @@ spec:
   returned: when O(state=present)
   type: dict
 backup_file:
-  description: Backup of the previous spec.
+  description: Backup of the previous spec (also before O(state=absent) removes it).
   returned: when O(backup=true) and the spec changed
   type: str
 """
 
+import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -192,6 +201,8 @@ def _mode(module):
 def run(module):
     p = module.params
     if p["state"] == "absent":
+        if os.path.isdir(p["path"]):
+            module.fail_json(msg="%s is a directory; path must name the spec file to remove" % p["path"])
         return remove_file(module, p["path"], backup=p["backup"])
     if not p["device_name_strategy"] and not p["all_device"]:
         module.fail_json(msg="device_name_strategy is empty and all_device is false: the spec would have no device")

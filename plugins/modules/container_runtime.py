@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: container_runtime
-short_description: Register the NVIDIA runtime in containerd, CRI-O or Docker without clobbering the config
+short_description: Register (or remove) the NVIDIA runtime in containerd, CRI-O or Docker without clobbering the config
 version_added: 0.1.0
 description:
   - Adds (or updates) the NVIDIA container runtime in the configuration of containerd
@@ -28,6 +28,22 @@ description:
   - k3s/RKE2 regenerate C(/var/lib/rancher/*/agent/etc/containerd/config.toml) at every start;
     the module refuses to edit it (k3s/RKE2 add the C(nvidia) runtime themselves when
     C(nvidia-container-runtime) is installed; a plain-TOML C(config.toml.tmpl) can be edited).
+  - "Uninstall: the first time O(state=present) changes a file (main config, containerd drop-in,
+    CRI-O drop-in, C(daemon.json)) the module keeps the file's original bytes, mode and owner in a
+    record under O(state_dir), together with the sha256 of what it wrote (updated on every later write)."
+  - "O(state=absent) puts the original bytes back (or deletes the file if it did not exist) when the
+    file still holds exactly what the module last wrote, so an untouched containerd config ends
+    byte-identical to what it was before the first run. If the file was changed since, only the
+    module's own entries are taken out with the comment-preserving editor (the runtime table,
+    C(default_runtime_name)/C(default_runtime)/C(default-runtime) when it names the runtime, the
+    drop-in's C(imports) entry), everything else is kept (C(enable_cdi) and C(features.cdi) too:
+    other CDI users may rely on them), and a warning says that byte-identity could not be kept.
+    A file changed by someone else between two of the module's writes counts as edited.
+    The containerd drop-in the module wrote is deleted; so is a CRI-O drop-in or C(daemon.json)
+    the module created, when nothing else is left in it. Without a record (a
+    config written before records existed) the entries are removed the same surgical way."
+  - O(state=absent) validates and restarts the daemon exactly like O(state=present), and puts the
+    files back if the daemon does not come back healthy.
 author:
   - gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
@@ -37,10 +53,11 @@ attributes:
     support: full
     details: >-
       Computes and validates the edit (validation writes temporary candidates next to the
-      config and removes them); the config is not changed and no daemon is restarted.
+      config and removes them); the config and the records under O(state_dir) are not
+      changed and no daemon is restarted. Same for O(state=absent).
   diff_mode:
     support: full
-    details: One diff per file (main config and drop-in).
+    details: One diff per file (main config and drop-in), also for O(state=absent).
   idempotent:
     support: full
 options:
@@ -49,6 +66,22 @@ options:
     type: str
     required: true
     choices: [containerd, crio, docker]
+  state:
+    description:
+      - C(present) adds or updates the runtime.
+      - C(absent) uninstalls it (see the description); O(runtime_path), O(runtime_options),
+        O(runtime_config), O(set_as_default) and O(enable_cdi) are ignored then.
+    type: str
+    choices: [present, absent]
+    default: present
+  state_dir:
+    description:
+      - Directory holding one record per config file the module changed (the file's original
+        content and the sha256 of what the module wrote), named by the sha256 of the file's real
+        path. O(state=absent) uses and then removes it.
+      - Must be kept between the O(state=present) and O(state=absent) runs, and be the same for both.
+    type: path
+    default: /var/lib/gpuops/container_runtime
   config_path:
     description:
       - File to edit.
@@ -63,6 +96,8 @@ options:
         them, the drop-in carries a copy of the main file's whole CRI plugin section plus the
         NVIDIA runtime. Re-run the module after editing that section of the main file.
       - Needs config version 2 or 3.
+      - With O(state=absent) it may be left out when the drop-in was written with O(state_dir)
+        records (the record of the main file names it).
     type: path
   runtime_name:
     description: Name of the runtime entry.
@@ -165,6 +200,17 @@ EXAMPLES = r"""
     runtime: docker
     enable_cdi: true
 
+- name: Uninstall from containerd (original file back byte for byte when it was not edited since)
+  gpuops.nvidia.container_runtime:
+    runtime: containerd
+    state: absent
+
+- name: Uninstall the drop-in set-up (drop-in deleted, its imports entry removed)
+  gpuops.nvidia.container_runtime:
+    runtime: containerd
+    state: absent
+    drop_in_path: /etc/containerd/conf.d/99-nvidia.toml
+
 - name: A containerd that is not run by systemd
   gpuops.nvidia.container_runtime:
     runtime: containerd
@@ -182,21 +228,21 @@ config_path:
   sample: /etc/containerd/config.toml
 drop_in_path:
   description: The containerd drop-in file, when O(drop_in_path) is used.
-  returned: when O(drop_in_path) is set
+  returned: when O(drop_in_path) is set (or, with O(state=absent), found in the main file's record)
   type: str
 config_version:
   description: containerd config version detected (1, 2 or 3).
-  returned: when O(runtime=containerd)
+  returned: when O(runtime=containerd) and O(state=present)
   type: int
   sample: 2
 cri_plugin:
   description: containerd CRI plugin table that holds the runtimes.
-  returned: when O(runtime=containerd)
+  returned: when O(runtime=containerd) and O(state=present)
   type: str
   sample: io.containerd.grpc.v1.cri
 inherited_from:
   description: containerd runtime whose settings the NVIDIA runtime inherited, if any.
-  returned: when O(runtime=containerd)
+  returned: when O(runtime=containerd) and O(state=present)
   type: str
   sample: runc
 changed_files:
@@ -228,6 +274,21 @@ restored:
   description: On a failed restart, whether the original files were put back and the daemon came back.
   returned: failure after a restart
   type: bool
+restored_files:
+  description: Files put back byte for byte as they were before the module's first change.
+  returned: when O(state=absent)
+  type: list
+  elements: str
+removed_files:
+  description: Files deleted (the containerd drop-in; files that did not exist before the module's first change).
+  returned: when O(state=absent)
+  type: list
+  elements: str
+edited_files:
+  description: Files from which only the runtime's entries were removed, because they changed since the module wrote them (or no record was kept).
+  returned: when O(state=absent)
+  type: list
+  elements: str
 """
 
 import os
@@ -236,18 +297,28 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._container_runtime import (
     DEFAULT_BINARY,
+    DEFAULT_STATE_DIR,
     Daemon,
+    FileChange,
+    RecordStore,
     RuntimeConfigError,
+    apply_changes,
     dump_has_runtime,
     plan,
+    plan_absent,
+    present_records,
+    read_bytes,
+    restore_changes,
     validate_containerd,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._files import ensure_file, read_text, remove_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import read_text
 
 
 def argument_spec():
     return dict(
         runtime=dict(type="str", required=True, choices=["containerd", "crio", "docker"]),
+        state=dict(type="str", default="present", choices=["present", "absent"]),
+        state_dir=dict(type="path", default=DEFAULT_STATE_DIR),
         config_path=dict(type="path"),
         drop_in_path=dict(type="path"),
         runtime_name=dict(type="str", default="nvidia"),
@@ -269,27 +340,14 @@ def argument_spec():
     )
 
 
-def _write_all(module, changes, backup):
-    results = []
-    for path, _before, after in changes:
-        results.append(ensure_file(module, path, after, backup=backup))
-    return results
-
-
-def _restore(module, changes):
-    for path, before, _after in changes:
-        if before is None:
-            if os.path.exists(path):
-                remove_file(module, path)
-        else:
-            ensure_file(module, path, before)
-
-
 def run(module):
     p = dict(module.params)
+    if p.get("state") == "absent":
+        return run_absent(module, p)
     result = dict(changed=False, restarted=False, validated=False, changed_files=[])
     try:
         changes, info = plan(p, read_text)
+        store = RecordStore(p["state_dir"])
     except RuntimeConfigError as e:
         module.fail_json(msg=str(e), **result)
     result.update(info)
@@ -324,21 +382,84 @@ def run(module):
     if not changes or module.check_mode:
         return result
 
-    writes = _write_all(module, changes, p["backup"])
-    backups = dict((w["path"], w["backup_file"]) for w in writes if w.get("backup_file"))
+    files = [FileChange(path, read_bytes(path), after.encode("utf-8")) for path, _before, after in changes]
+    try:
+        records = present_records(store, p, files, result["config_path"])
+    except RuntimeConfigError as e:
+        module.fail_json(msg=str(e), **result)
+    # the pristine copies are safe on disk before the first byte of a config changes
+    saved = [(path, store.load_raw(path)) for path, _rec in records]
+    for path, rec in records:
+        store.save(path, rec)
+    return _apply(module, p, result, files, undo_records=lambda: [store.put_raw(path, raw) for path, raw in saved])
+
+
+def run_absent(module, p):
+    result = dict(changed=False, restarted=False, validated=False, changed_files=[],
+                  restored_files=[], removed_files=[], edited_files=[])
+    try:
+        store = RecordStore(p["state_dir"])
+        files, records, info, warnings = plan_absent(p, store)
+    except RuntimeConfigError as e:
+        module.fail_json(msg=str(e), **result)
+    result.update(info)
+    result["changed_files"] = [c.path for c in files]
+    result["changed"] = bool(files or records)
+    for w in warnings:
+        module.warn(w)
+
+    binary = p.get("binary_path") or module.get_bin_path(DEFAULT_BINARY[p["runtime"]])
+    if files and p["validate"] and binary:
+        try:
+            if p["runtime"] == "containerd":
+                main = result["config_path"]
+                after = [c for c in files if c.path == main]
+                text = (after[0].after_text if after else read_text(main)) or ""
+                validate_containerd(module, binary, [(main, None, text)], p)
+                result["validated"] = True
+            elif p["runtime"] == "docker" and files[0].after is not None:
+                result["validated"] = _validate_docker(module, binary, (files[0].path, None, files[0].after_text))
+        except RuntimeConfigError as e:
+            module.fail_json(msg=str(e), **result)
+    elif files and p["validate"] and p["runtime"] != "crio" and any(c.after is not None for c in files):
+        module.warn("%s not found; the new configuration was not validated by the daemon" % DEFAULT_BINARY[p["runtime"]])
+
+    if module._diff:
+        result["diff"] = [c.diff() for c in files]
+    if module.check_mode:
+        return result
+    if files:
+        _apply(module, p, result, files)
+    # records go only once the files are back (a failed restart above keeps them)
+    for path, rec in records:
+        if rec is None:
+            store.remove(path)
+        else:
+            store.save(path, rec)
+    return result
+
+
+def _apply(module, p, result, files, undo_records=None):
+    """Write ``files``, restart when the parsed config changed, restore on failure."""
+    def undo():
+        restore_changes(module, files)
+        if undo_records:
+            undo_records()
+
+    backups = apply_changes(module, files, p["backup"])
     if backups:
         result["backup_files"] = backups
     if not result.get("effective_changed") or p["restart_mode"] == "none":
         return result
     if p["restart_mode"] == "command" and not p.get("restart_command"):
-        _restore(module, changes)
+        undo()
         module.fail_json(msg="restart_mode=command needs restart_command; original files restored", **result)
     daemon = Daemon(module, p)
     ok, err = daemon.restart()
     result["restarted"] = True
     if ok:
         return result
-    _restore(module, changes)
+    undo()
     back, err2 = daemon.restart()
     result["restored"] = back
     module.fail_json(

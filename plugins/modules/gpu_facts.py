@@ -38,6 +38,14 @@ options:
         when O(root) is not the running host.
     type: path
     default: /
+  gfd_config:
+    description:
+      - A device plugin / GPU Feature Discovery config (the upstream C(version: v1) format with C(flags)
+        and C(sharing)) the GFD labels are computed under, as GFD computes them with C(--config-file):
+        time-slicing or MPS replicas change C(nvidia.com/gpu.replicas), C(gpu.sharing-strategy),
+        C(gpu.product) (C(-SHARED)) and C(mps.capable).
+      - Omitted, the labels are those of GFD without a config file.
+    type: dict
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.facts
@@ -197,12 +205,14 @@ ansible_facts:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_facts import SubsetError, gather, resolve_subsets
+from ansible_collections.gpuops.nvidia.plugins.module_utils._labels import GFDConfigError
 
 
 def argument_spec():
     return dict(
         gather_subset=dict(type="list", elements="str", default=["all"]),
         root=dict(type="path", default="/"),
+        gfd_config=dict(type="dict"),
     )
 
 
@@ -212,7 +222,10 @@ def main():
         subsets = resolve_subsets(module.params["gather_subset"])
     except SubsetError as exc:
         module.fail_json(msg=str(exc))
-    facts, warnings = gather(module.params["root"], subsets)
+    try:
+        facts, warnings = gather(module.params["root"], subsets, gfd_config=module.params["gfd_config"])
+    except GFDConfigError as exc:
+        module.fail_json(msg="gfd_config: %s" % exc)
     for warning in warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={"gpu": facts})

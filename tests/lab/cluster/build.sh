@@ -108,7 +108,7 @@ log "go=$("$GO" version) cache=$CACHE cores=$(nproc)"
 for t in "${targets[@]}"; do
     case $t in
     etcd) timed etcd "etcd-server-$ETCD_VERSION" build_etcd ;;
-    kube-apiserver | kube-controller-manager | kube-scheduler | kubectl)
+    kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet)
         fresh "$t" "k8s-$K8S_VERSION" || k8s_module
         timed "$t" "k8s-$K8S_VERSION" build_k8s "$t" ;;
     kwok) timed kwok "kwok-$KWOK_VERSION" build_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" ;;

@@ -293,14 +293,16 @@ def test_install_places_components_exactly():
     assert sorted(cm) == ["default", "mps-2", "time-sliced-4"]
     assert json.loads(cm["time-sliced-4"])["sharing"]["timeSlicing"]["resources"][0]["replicas"] == 4
     assert json.loads(cm["default"])["flags"]["migStrategy"] == "single"
-    # dcgm exporter: service, metrics CSV, dashboard, ServiceMonitor (CRD present)
+    # dcgm exporter: service, metrics CSV, ServiceMonitor (CRD present); dashboard off by default
     svc = core.read_namespaced_service("nvidia-dcgm-exporter", NS)
     assert svc.spec.ports[0].port == 9400
-    assert "DCGM_FI_DEV_GPU_UTIL, gauge" in core.read_namespaced_config_map(
-        "nvidia-dcgm-exporter-metrics", NS).data["dcgm-metrics.csv"]
-    dash = json.loads(core.read_namespaced_config_map("nvidia-dcgm-exporter-dashboard", NS)
-                      .data["dcgm-exporter-dashboard.json"])
-    assert dash["uid"] == "Oxed_c6Wz"
+    csv = core.read_namespaced_config_map("nvidia-dcgm-exporter-metrics", NS).data["dcgm-metrics.csv"]
+    assert "DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilization (in %)." in csv.splitlines()
+    assert "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, Total number of double-bit volatile ECC errors." in csv.splitlines()
+    assert core.list_namespaced_config_map(NS, field_selector="metadata.name=nvidia-dcgm-exporter-dashboard").items == []
+    # the operator's RuntimeClass on the DCGM exporter and MIG manager pods
+    for ds in ("nvidia-dcgm-exporter", "nvidia-mig-manager"):
+        assert apps.read_namespaced_daemon_set(ds, NS).spec.template.spec.runtime_class_name == "nvidia", ds
     sm = client.CustomObjectsApi().get_namespaced_custom_object(
         "monitoring.coreos.com", "v1", NS, "servicemonitors", "nvidia-dcgm-exporter")
     assert sm["spec"]["endpoints"][0]["port"] == "gpu-metrics"
@@ -344,6 +346,77 @@ def test_schema_validation_refuses_unknown_fields(tmp_path):
     assert "limitz" in r.stdout
     ds_after = apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset", NS)
     assert ds_after.metadata.resource_version == ds_before.metadata.resource_version
+
+
+GRAFANA_DASHBOARD_CRD = os.path.join(ROOT, "tests", "unit", "fixtures", "grafana-operator",
+                                     "grafana.integreatly.org_grafanadashboards.yaml")
+
+
+def test_dcgm_exporter_dashboard_modes(tmp_path):
+    """Dashboard 12239 by reference: grafana-operator without its CRD is skipped with a message;
+    with the real GrafanaDashboard CRD (grafana-operator v5.24.0 schema) a CR with spec.grafanaCom
+    is applied; configmap with a supplied JSON replaces it; none removes what an earlier mode left."""
+    custom = client.CustomObjectsApi()
+
+    def run(name, **extra):
+        f = tmp_path / f"{name}.yml"
+        f.write_text(yaml.safe_dump(dict({"gpuops_cluster_components": ["dcgm_exporter"]}, **extra)))
+        return playbook("-e", f"@{f}")
+
+    def dashboard_cm():
+        return core.list_namespaced_config_map(NS, field_selector="metadata.name=nvidia-dcgm-exporter-dashboard").items
+
+    def dashboard_cr():
+        try:
+            return custom.get_namespaced_custom_object("grafana.integreatly.org", "v1beta1", NS, "grafanadashboards",
+                                                       "nvidia-dcgm-exporter")
+        except client.ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    r = run("no-crd", dcgm_exporter_dashboard="grafana-operator")
+    assert "(grafanadashboards.grafana.integreatly.org) is not installed" in r.stdout, r.stdout[-4000:]
+    assert dashboard_cm() == []
+
+    ext = client.ApiextensionsV1Api()
+    with open(GRAFANA_DASHBOARD_CRD) as f:
+        body = yaml.safe_load(f)
+    try:
+        ext.create_custom_resource_definition(body)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    for _ in range(60):
+        crd = ext.read_custom_resource_definition("grafanadashboards.grafana.integreatly.org")
+        if any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
+            break
+        time.sleep(0.5)
+
+    run("operator", dcgm_exporter_dashboard="grafana-operator")
+    cr = dashboard_cr()
+    assert cr["spec"]["grafanaCom"] == {"id": 12239, "revision": 2}
+    assert cr["spec"]["instanceSelector"] == {"matchLabels": {"dashboards": "grafana"}}
+    assert cr["spec"]["datasources"] == [{"inputName": "DS_PROMETHEUS", "datasourceName": "Prometheus"}]
+    assert cr["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpuops.nvidia"
+
+    dash = tmp_path / "12239.json"  # what an air-gapped site downloads from grafana.com beforehand
+    dash.write_text(json.dumps({"uid": "Oxed_c6Wz", "gnetId": 12239, "title": "NVIDIA DCGM Exporter Dashboard",
+                                "panels": [{"datasource": "${DS_PROMETHEUS}", "targets": [
+                                    {"expr": "DCGM_FI_DEV_GPU_UTIL"}]}]}))
+    run("configmap", dcgm_exporter_dashboard="configmap", dcgm_exporter_dashboard_json=str(dash))
+    cm = dashboard_cm()
+    assert len(cm) == 1 and cm[0].metadata.labels["grafana_dashboard"] == "1"
+    model = json.loads(cm[0].data["dcgm-exporter-dashboard.json"])
+    assert model["uid"] == "Oxed_c6Wz" and model["panels"][0]["datasource"] == "Prometheus"
+    assert dashboard_cr() is None  # the other mode's object is gone
+
+    run("by-id", dcgm_exporter_dashboard="configmap")
+    assert dashboard_cm()[0].data == {
+        "dcgm-exporter-dashboard.json.url": "https://grafana.com/api/dashboards/12239/revisions/2/download"}
+
+    run("none", dcgm_exporter_dashboard="none")
+    assert dashboard_cm() == [] and dashboard_cr() is None
 
 
 def test_changing_workload_moves_components(tmp_path):

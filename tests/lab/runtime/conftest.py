@@ -206,6 +206,8 @@ class Containerd(object):
             "restart_mode": "command",
             "restart_command": [self.restart_script],
             "restart_timeout": 20,
+            # the module's uninstall records stay with this daemon, not in the host's /var/lib/gpuops
+            "state_dir": os.path.join(os.path.dirname(self.config), "gpuops-state"),
         }
         args.update(kw)
         return args

@@ -113,6 +113,53 @@ def test_drop_in(ansible, containerd):
         assert c["sandbox_image"] == "registry.example.internal/pause:3.9"
 
 
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_absent_gives_back_the_original_bytes(ansible, containerd):
+    """present -> absent: the config is byte-identical to what it was before the first run,
+    containerd restarted once more and runs without the runtime; a second absent does nothing."""
+    containerd.write_config(custom_config(containerd))
+    containerd.start()
+    before = read_bytes(containerd.config)
+    state_dir = os.path.join(containerd.dir, "gpuops-state")
+    converge(ansible, containerd, set_as_default=True, enable_cdi=True, state_dir=state_dir)
+    assert read_bytes(containerd.config) != before and os.listdir(state_dir)
+    res = ansible.module("gpuops.nvidia.container_runtime",
+                         containerd.module_args(state="absent", state_dir=state_dir), diff=True)
+    assert not res.get("failed"), res.get("msg")
+    assert res["changed"] and res["restarted"] and res["validated"], res
+    assert res["restored_files"] == [containerd.config] and res["edited_files"] == []
+    assert read_bytes(containerd.config) == before
+    assert containerd.restarts() == 2
+    assert containerd.alive() and containerd.cri_ok(), containerd.log_tail()
+    c = cri(containerd.dump())
+    assert "nvidia" not in c["containerd"]["runtimes"] and c["containerd"]["default_runtime_name"] == "runc"
+    assert os.listdir(state_dir) == []
+    again = ansible.module("gpuops.nvidia.container_runtime", containerd.module_args(state="absent", state_dir=state_dir))
+    assert not again.get("failed") and not again["changed"] and not again["restarted"], again
+    assert containerd.restarts() == 2
+
+
+def test_absent_drop_in(ansible, containerd):
+    """Drop-in mode: absent deletes the drop-in and gives back the main file byte for byte."""
+    containerd.write_config(custom_config(containerd))
+    containerd.start()
+    before = read_bytes(containerd.config)
+    state_dir = os.path.join(containerd.dir, "gpuops-state")
+    drop = os.path.join(containerd.dir, "conf.d", "99-nvidia.toml")
+    converge(ansible, containerd, drop_in_path=drop, state_dir=state_dir)
+    res = ansible.module("gpuops.nvidia.container_runtime",
+                         containerd.module_args(state="absent", state_dir=state_dir, drop_in_path=drop))
+    assert not res.get("failed"), res.get("msg")
+    assert res["changed"] and res["restarted"] and res["removed_files"] == [drop], res
+    assert read_bytes(containerd.config) == before and not os.path.exists(drop)
+    assert containerd.alive() and containerd.cri_ok(), containerd.log_tail()
+    assert "nvidia" not in cri(containerd.dump())["containerd"]["runtimes"]
+
+
 def test_restart_fault_restores(ansible, containerd):
     """A runtime option that makes the CRI plugin fail to start: restored, running, failed with the reason."""
     containerd.write_config(custom_config(containerd))

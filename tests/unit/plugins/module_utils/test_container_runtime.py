@@ -10,6 +10,7 @@ import tomllib
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._container_runtime import (
+    RecordStore,
     RuntimeConfigError,
     configure_containerd,
     configure_crio,
@@ -18,6 +19,12 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._container_runtime i
     cri_plugin_failures,
     parse_ctr_plugins,
     plan,
+    plan_absent,
+    record_after_write,
+    remove_containerd,
+    remove_crio,
+    remove_docker,
+    sha256_of,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._toml import Document
 
@@ -238,3 +245,95 @@ def test_ctr_plugin_parsing():
     plugins = parse_ctr_plugins(CTR_TABLE, CTR_DETAIL)
     assert plugins[("io.containerd.cri.v1", "runtime")]["status"] == "ok"
     assert cri_plugin_failures(plugins) == ["io.containerd.grpc.v1.cri: failed to create CRI service: boom"]
+
+
+# -- state=absent: surgical removal and the pristine records --------------------------------
+
+@pytest.mark.parametrize("name,plugin", [
+    ("v2-default-1.6.toml", "io.containerd.grpc.v1.cri"),
+    ("v2-custom.toml", "io.containerd.grpc.v1.cri"),
+    ("v3-custom.toml", "io.containerd.cri.v1.runtime"),
+    ("v4-default-2.4.toml", "io.containerd.cri.v1.runtime"),
+])
+@pytest.mark.parametrize("pristine_known", [True, False])
+def test_remove_containerd_undoes_configure(name, plugin, pristine_known):
+    text = fx("containerd", name)
+    main, _ignored, _ignored = configure_containerd(text, params(set_as_default=True))
+    out = remove_containerd(main, "nvidia", text if pristine_known else None)
+    assert tomllib.loads(out) == tomllib.loads(text)
+    for line in text.splitlines():
+        if line.strip().startswith("#"):
+            assert line in out
+    assert remove_containerd(out, "nvidia", text if pristine_known else None) == out      # nothing left of ours
+
+
+def test_remove_containerd_keeps_a_pristine_nvidia_runtime():
+    text = fx("containerd", "v2-custom.toml") + (
+        '\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n  runtime_type = "io.containerd.runc.v2"\n')
+    main, _ignored, _ignored = configure_containerd(text, params(set_as_default=True))
+    assert runtimes(main, "io.containerd.grpc.v1.cri")["nvidia"]["options"]["BinaryName"] == BIN
+    out = remove_containerd(main + "# edited\n", "nvidia", text)
+    assert runtimes(out, "io.containerd.grpc.v1.cri")["nvidia"] == {"runtime_type": "io.containerd.runc.v2"}
+    assert tomllib.loads(out)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"] == "runc"
+
+
+def test_remove_containerd_v1_and_imports():
+    text = "[plugins.cri.containerd.runtimes.runc]\nruntime_type = \"io.containerd.runc.v2\"\n"
+    main, _ignored, _ignored = configure_containerd(text, params())
+    assert tomllib.loads(remove_containerd(main, "nvidia")) == tomllib.loads(text)
+    drop = "/etc/containerd/conf.d/99-nvidia.toml"
+    assert "imports" not in tomllib.loads(remove_containerd('version = 2\nimports = ["%s"]\n' % drop, "nvidia", drop_in=drop))
+    kept = remove_containerd('version = 2\nimports = ["/a.toml", "%s"]\n' % drop, "nvidia", drop_in=drop)
+    assert tomllib.loads(kept)["imports"] == ["/a.toml"]
+    # a glob that happens to match is not ours
+    glob = 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+    assert remove_containerd(glob, "nvidia", drop_in=drop) == glob
+
+
+def test_remove_crio_and_docker():
+    site = "# site\n[crio.runtime]\nlog_level = \"info\"\n"
+    out, _ignored = configure_crio(site, params(runtime="crio", set_as_default=True))
+    assert remove_crio(out, "nvidia", site) == site
+    text = fx("docker", "daemon.json")
+    out, _ignored = configure_docker(text, params(runtime="docker", set_as_default=True))
+    removed = remove_docker(out, "nvidia", None)
+    assert json.loads(removed) == json.loads(text)
+    assert remove_docker(text, "nvidia") == text                  # nothing of ours: text untouched
+    assert "runtimes" not in json.loads(remove_docker('{"runtimes": {"nvidia": {"path": "/x"}}}', "nvidia", "{}"))
+    with pytest.raises(RuntimeConfigError, match="not valid JSON"):
+        remove_docker("{", "nvidia")
+
+
+def test_record_keeps_the_first_pristine_and_notices_foreign_edits(tmp_path):
+    path = str(tmp_path / "config.toml")
+    rec = record_after_write(None, path, "containerd", "nvidia", b"orig\n", b"w1\n")
+    assert rec["pristine_existed"] and rec["_pristine"] == b"orig\n" and rec["written_sha256"] == sha256_of(b"w1\n")
+    rec2 = record_after_write(rec, path, "containerd", "nvidia", b"w1\n", b"w2\n")
+    assert rec2["_pristine"] == b"orig\n" and not rec2["user_edited"] and rec2["written_sha256"] == sha256_of(b"w2\n")
+    rec3 = record_after_write(rec2, path, "containerd", "other", b"user\n", b"w3\n")
+    assert rec3["_pristine"] == b"orig\n" and rec3["user_edited"] and rec3["runtime_names"] == ["nvidia", "other"]
+    # the pristine bytes are back (someone undid everything): the old record is stale
+    rec4 = record_after_write(rec3, path, "containerd", "nvidia", b"orig\n", b"w4\n")
+    assert not rec4["user_edited"] and rec4["runtime_names"] == ["nvidia"]
+    store = RecordStore(str(tmp_path / "state"))
+    store.save(path, rec3)
+    loaded = store.load(path)
+    assert loaded["_pristine"] == b"orig\n" and loaded["user_edited"] and "_pristine" not in json.loads(store.load_raw(path))
+    assert os.path.basename(store.record_path(path)) == sha256_of(os.path.realpath(path).encode()) + ".json"
+
+
+def test_plan_absent_restores_or_edits(tmp_path):
+    path = "/etc/containerd/config.toml"
+    text = fx("containerd", "v3-custom.toml").encode()
+    written, _ignored, _ignored = configure_containerd(text.decode(), params())
+    store = RecordStore(str(tmp_path))
+    store.save(path, record_after_write(None, path, "containerd", "nvidia", text, written.encode()))
+    changes, ops, info, warnings = plan_absent(params(), store, read=lambda p: written.encode())
+    assert [c.after for c in changes] == [text] and info["restored_files"] == [path] and not warnings
+    assert ops == [(path, None)] and info["effective_changed"]
+    edited = (written + "# mine\n").encode()
+    changes, ops, info, warnings = plan_absent(params(), store, read=lambda p: edited)
+    assert info["edited_files"] == [path] and changes[0].after.endswith(b"# mine\n") and warnings
+    assert info["effective_changed"] and tomllib.loads(changes[0].after.decode()) == tomllib.loads(text.decode())
+    with pytest.raises(RuntimeConfigError, match="runtime_name"):
+        plan_absent(params(runtime_name="a b"), store, read=lambda p: edited)

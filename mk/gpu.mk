@@ -1,0 +1,17 @@
+# GPU node lane (issue 11): the lent H200 turned into a GPU node by site.yml, pods getting the GPU
+# through NVIDIA's own device plugin and a standalone kubelet.  Two halves:
+#   make gpu-bundle   here: builds (cached under ~/.cache/gpuops/gpu) and packs .gpu-bundle/
+#   make test-gpu     there: runs tests/lab/gpu/run.sh (carry .gpu-bundle and .collections)
+# docs/gpu-lane.md says how to rerun it; results are committed under tests/lab/h200/results/.
+
+.PHONY: gpu-bundle test-gpu test-gpu-bundle
+
+gpu-bundle: venv install ## build and pack what the GPU node lane carries (.gpu-bundle/)
+	bash tests/lab/gpu/build.sh
+
+test-gpu: ## run ON the GPU machine: the GPU node lane (needs .gpu-bundle and .collections)
+	bash tests/lab/gpu/run.sh
+
+test-gpu-bundle: gpu-bundle ## CI: the bundle builds from a fresh clone and every carried binary runs here
+	bash tests/lab/gpu/check-bundle.sh
+EXTRA_TEST_TARGETS += test-gpu-bundle

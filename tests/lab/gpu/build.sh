@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Build (and cache) everything the GPU node lane carries to the lent H200, then pack the bundle.
+#
+#   containerd, ctr, containerd-shim-runc-v2  <- github.com/containerd/containerd/v2 (CGO off)
+#   runc                                      <- Debian bookworm's runc (dynamically linked to
+#                                                libseccomp2, which the GPU node has)
+#   nvidia-ctk, nvidia-container-runtime,
+#   nvidia-cdi-hook                           <- github.com/NVIDIA/nvidia-container-toolkit (cgo: NVML
+#                                                through dlopen); packed as a release-shaped archive the
+#                                                container_toolkit role installs from (the air-gapped path)
+#   nvidia-device-plugin, gpu-feature-discovery <- github.com/NVIDIA/k8s-device-plugin, patched
+#                                                (patches/*.patch says why)
+#   kubelet                                   <- k8s.io/kubernetes, built by ../cluster/build.sh (same
+#                                                version as the cluster lane)
+#   pause                                     <- pause.c here, gcc -static
+#   busybox                                   <- Debian's busybox-static
+#   wheels                                    <- ansible-core and friends for the node's Python 3.12
+#
+# Binaries are cached under $GPUOPS_CACHE/gpu/bin keyed by version stamp; the bundle is written to
+# $BUNDLE (default: <repo>/.gpu-bundle, git-ignored, carried to the GPU machine).
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
+NVIDIA_CTK_VERSION=${NVIDIA_CTK_VERSION:-v1.20.2}
+DEVICE_PLUGIN_VERSION=${DEVICE_PLUGIN_VERSION:-v0.17.4}
+K8S_VERSION=${K8S_VERSION:-v1.37.2}
+ANSIBLE_CORE_VERSION=${ANSIBLE_CORE_VERSION:-$(sed -n 's/^ansible-core==//p' "$ROOT/requirements-dev.txt" | head -1)}
+NICE=${NICE:-10}
+CACHE=${GPUOPS_CACHE:-$HOME/.cache/gpuops}
+BIN=$CACHE/gpu/bin
+STAMPS=$CACHE/gpu/stamps
+WORK=$CACHE/gpu/work
+BUNDLE=${BUNDLE:-$ROOT/.gpu-bundle}
+mkdir -p "$BIN" "$STAMPS" "$WORK"
+renice -n "$NICE" -p $$ >/dev/null 2>&1 || true
+
+GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+export GOCACHE=$CACHE/go/build GOMODCACHE=$CACHE/go/mod
+export GOTOOLCHAIN=local GOFLAGS=-buildvcs=false
+export GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
+# NVIDIA's modules are not in the checksum database we can reach
+export GONOSUMDB=github.com/NVIDIA GONOSUMCHECK=1 GOPRIVATE=
+
+log() { printf '[gpu-build %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+fresh() { [[ -x $BIN/$1 && -f $STAMPS/$1 && "$(cat "$STAMPS/$1")" == "$2" ]]; }
+stamp() { echo "$2" >"$STAMPS/$1"; }
+
+need_apt() {  # install Debian packages once (runc, busybox-static, xz, gcc static libc)
+    local missing=()
+    command -v runc >/dev/null || missing+=(runc)
+    dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
+    command -v xz >/dev/null || missing+=(xz-utils)
+    command -v patch >/dev/null || missing+=(patch)
+    [[ -f /usr/lib/x86_64-linux-gnu/libc.a ]] || missing+=(libc6-dev)
+    if ((${#missing[@]})); then
+        log "apt: ${missing[*]}"
+        apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+}
+
+go_install() {  # go_install <cgo 0|1> <tags> <pkg@version> <name>...
+    local cgo=$1 tags=$2 pkg=$3; shift 3
+    (cd /tmp && GOBIN=$BIN CGO_ENABLED=$cgo nice -n "$NICE" "$GO" install -trimpath -ldflags "-s -w ${GO_LDFLAGS_EXTRA:-}" ${tags:+-tags "$tags"} "$pkg")
+}
+
+build_containerd() {
+    local s="containerd-$CONTAINERD_VERSION" c
+    for c in containerd ctr containerd-shim-runc-v2; do
+        fresh "$c" "$s" && continue
+        log "$c: building ($s)"
+        go_install 0 "no_btrfs no_devmapper no_zfs" "github.com/containerd/containerd/v2/cmd/$c@$CONTAINERD_VERSION"
+        stamp "$c" "$s"
+    done
+}
+
+build_toolkit() {
+    local s="nvidia-container-toolkit-$NVIDIA_CTK_VERSION+v" c
+    for c in nvidia-ctk nvidia-container-runtime nvidia-cdi-hook; do
+        fresh "$c" "$s" && continue
+        log "$c: building ($s)"
+        # the version string NVIDIA's release builds stamp in (else: "version unknown")
+        GO_LDFLAGS_EXTRA="-X github.com/NVIDIA/nvidia-container-toolkit/internal/info.version=${NVIDIA_CTK_VERSION#v}" \
+            go_install 1 "" "github.com/NVIDIA/nvidia-container-toolkit/cmd/$c@$NVIDIA_CTK_VERSION"
+        stamp "$c" "$s"
+    done
+}
+
+build_device_plugin() {
+    local s="k8s-device-plugin-$DEVICE_PLUGIN_VERSION+$(sha256sum "$HERE"/patches/*.patch | sha256sum | cut -c1-12)"
+    fresh nvidia-device-plugin "$s" && fresh gpu-feature-discovery "$s" && return 0
+    log "k8s-device-plugin: building ($s)"
+    local src=$WORK/k8s-device-plugin
+    (cd /tmp && GOFLAGS=-mod=mod "$GO" mod download "github.com/NVIDIA/k8s-device-plugin@$DEVICE_PLUGIN_VERSION")
+    rm -rf "$src"
+    cp -r "$GOMODCACHE/github.com/!n!v!i!d!i!a/k8s-device-plugin@$DEVICE_PLUGIN_VERSION" "$src"
+    chmod -R u+w "$src"
+    rm -rf "$src/vendor"   # holds only modules.txt in the module zip
+    for p in "$HERE"/patches/k8s-device-plugin-"$DEVICE_PLUGIN_VERSION"-*.patch; do
+        patch -s -p1 -d "$src" <"$p"
+    done
+    (cd "$src" && GOFLAGS="-mod=mod -buildvcs=false" "$GO" mod tidy &&
+        for c in nvidia-device-plugin gpu-feature-discovery; do
+            GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=1 nice -n "$NICE" "$GO" build -trimpath \
+                -ldflags "-s -w -X github.com/NVIDIA/k8s-device-plugin/internal/info.version=$DEVICE_PLUGIN_VERSION" \
+                -o "$BIN/$c" "./cmd/$c"
+        done)
+    stamp nvidia-device-plugin "$s"; stamp gpu-feature-discovery "$s"
+}
+
+build_kubelet() {
+    local s="k8s-$K8S_VERSION"
+    fresh kubelet "$s" && return 0
+    NICE=$NICE K8S_VERSION=$K8S_VERSION bash "$ROOT/tests/lab/cluster/build.sh" kubelet
+    strip -o "$BIN/kubelet" "$CACHE/cluster/bin/kubelet" 2>/dev/null || cp "$CACHE/cluster/bin/kubelet" "$BIN/kubelet"
+    stamp kubelet "$s"
+}
+
+build_small() {
+    local s="pause-$(sha256sum "$HERE/pause.c" | cut -c1-12)"
+    if ! fresh pause "$s"; then
+        gcc -static -O2 -s -o "$BIN/pause" "$HERE/pause.c"; stamp pause "$s"
+    fi
+    install -m 0755 /bin/busybox "$BIN/busybox"
+    install -m 0755 "$(command -v runc)" "$BIN/runc"
+}
+
+wheels() {
+    local d=$CACHE/gpu/wheels-$ANSIBLE_CORE_VERSION
+    if [[ ! -f $d/.ok ]]; then
+        rm -rf "$d"; mkdir -p "$d"
+        local py=$ROOT/.venv/bin/python; [[ -x $py ]] || py=python3
+        "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+            --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+            --platform any -d "$d" \
+            "ansible-core==$ANSIBLE_CORE_VERSION" jinja2 markupsafe pyyaml packaging resolvelib'<2' nvidia-ml-py
+        # no cryptography (+ cffi, pycparser: 5 MB): local plays without vault do not import it
+        touch "$d/.ok"
+    fi
+    mkdir -p "$BUNDLE/wheels"; rm -f "$BUNDLE"/wheels/*.whl; cp "$d"/*.whl "$BUNDLE/wheels/"
+}
+
+pack() {
+    mkdir -p "$BUNDLE"
+    local t=$WORK/pack; rm -rf "$t"; mkdir -p "$t/bin" "$t/toolkit/usr/bin"
+    for c in containerd ctr containerd-shim-runc-v2 runc kubelet nvidia-device-plugin gpu-feature-discovery pause busybox; do
+        cp "$BIN/$c" "$t/bin/"
+    done
+    for c in nvidia-ctk nvidia-container-runtime nvidia-cdi-hook; do cp "$BIN/$c" "$t/toolkit/usr/bin/"; done
+    # the node's binaries in one xz stream with a dictionary larger than all of them together:
+    # containerd/ctr/shim and kubelet/device plugin/GFD share most of their Go packages, so this is
+    # 37 MB instead of 56 MB with xz's default dictionary (the call's limit is 64 MiB in all).
+    # Repacked only when a binary changed (it takes ~3 min on 2 cores).
+    local key; key=$(cd "$t/bin" && sha256sum * | sha256sum | cut -c1-16)
+    if [[ ! -f $CACHE/gpu/bin-$key.tar.xz ]]; then
+        rm -f "$CACHE"/gpu/bin-*.tar.xz
+        tar -C "$t/bin" --owner=0 --group=0 --sort=name -cf - . | xz -T1 -9e --lzma2=preset=9e,dict=512MiB >"$CACHE/gpu/bin-$key.tar.xz.tmp"
+        mv "$CACHE/gpu/bin-$key.tar.xz.tmp" "$CACHE/gpu/bin-$key.tar.xz"
+    fi
+    cp "$CACHE/gpu/bin-$key.tar.xz" "$BUNDLE/bin.tar.xz"
+    # the toolkit as a release-shaped archive: what an air-gapped user mirrors and the
+    # container_toolkit role installs with container_toolkit_install_method=archive
+    local v=${NVIDIA_CTK_VERSION#v}
+    tar -C "$t/toolkit" --owner=0 --group=0 --sort=name --mtime=@0 -cf - usr | xz -T1 -9e --lzma2=preset=9e,dict=64MiB >"$BUNDLE/nvidia-container-toolkit_${v}_linux_amd64.tar.xz"
+    (cd "$BUNDLE" && sha256sum nvidia-container-toolkit_*.tar.xz >SHA256SUMS)
+    {
+        echo "containerd=$CONTAINERD_VERSION"
+        echo "runc=$(runc --version | head -1 | awk '{print $3}')"
+        echo "nvidia-container-toolkit=$NVIDIA_CTK_VERSION"
+        echo "k8s-device-plugin=$DEVICE_PLUGIN_VERSION"
+        echo "kubelet=$K8S_VERSION"
+        echo "ansible-core=$ANSIBLE_CORE_VERSION"
+    } >"$BUNDLE/versions.txt"
+    log "bundle: $(du -sh "$BUNDLE" | cut -f1) in $BUNDLE"
+    ls -l "$BUNDLE" >&2
+}
+
+need_apt
+t0=$SECONDS
+build_small
+build_containerd
+build_toolkit
+build_device_plugin
+build_kubelet
+wheels
+pack
+log "done in $((SECONDS - t0)) s"

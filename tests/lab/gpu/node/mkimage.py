@@ -1,0 +1,212 @@
+#!/usr/bin/env python3
+"""Make the GPU node lane's pod image from the host's own files (the machine has no registry).
+
+One OCI image-layout archive, imported with ``ctr images import``; one layer holding:
+  /pause                  the sandbox process (static, carried by the lane)
+  /bin/busybox + applets  a shell and coreutils (static, carried)
+  python3 + its stdlib    the host's interpreter, the shared libraries it and its extension
+                          modules need (found with the host's dynamic loader, ``ld.so --list``)
+  /check/_cuda.py         the collection's CUDA check (driver API, vectorAdd), run inside pods
+Nothing of NVIDIA's is in the image: the driver's libraries and nvidia-smi arrive through the
+CDI spec at container start, as on any GPU node.  Env mirrors NVIDIA's CUDA base images
+(PATH and LD_LIBRARY_PATH include /usr/local/nvidia).
+
+  mkimage.py --name gpuops.local/node-check:lane --pause BIN --busybox BIN --cuda-check FILE --out image.tar
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+
+APPLETS = ["sh", "sleep", "cat", "date", "echo", "ls", "grep", "env", "true", "false", "test", "mkdir", "id", "head", "tail"]
+SKIP_STDLIB = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data",
+               "site-packages", "dist-packages", "config-3")
+LOADER = "/lib64/ld-linux-x86-64.so.2"
+
+
+def needed_libs(paths):
+    """Shared libraries of ELF files, resolved by the host's loader (no ldd needed)."""
+    libs = set()
+    loader = os.path.realpath(LOADER)
+    for p in paths:
+        try:
+            out = subprocess.run([loader, "--list", p], capture_output=True, text=True, check=False).stdout
+        except OSError:
+            continue
+        for line in out.splitlines():
+            parts = line.split("=>")
+            target = (parts[1] if len(parts) > 1 else parts[0]).strip().split(" (")[0].strip()
+            if target.startswith("/"):
+                libs.add(target)
+    libs.add(LOADER)
+    return libs
+
+
+class Layer:
+    def __init__(self):
+        self.buf = io.BytesIO()
+        self.tar = tarfile.open(fileobj=self.buf, mode="w", format=tarfile.PAX_FORMAT)
+        self.names = set()
+
+    def _dirs(self, name):
+        parts = name.strip("/").split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            d = "/".join(parts[:i])
+            if d not in self.names:
+                self.dir(d)
+
+    def dir(self, name, mode=0o755):
+        name = name.strip("/")
+        if name in self.names:
+            return
+        self._dirs(name)
+        ti = tarfile.TarInfo(name)
+        ti.type, ti.mode = tarfile.DIRTYPE, mode
+        self.tar.addfile(ti)
+        self.names.add(name)
+
+    def file(self, name, data, mode=0o644):
+        name = name.strip("/")
+        if name in self.names:
+            return
+        self._dirs(name)
+        ti = tarfile.TarInfo(name)
+        ti.size, ti.mode = len(data), mode
+        self.tar.addfile(ti, io.BytesIO(data))
+        self.names.add(name)
+
+    def host_file(self, path, name=None):
+        """A host file, at its own path (or ``name``), symlinks followed (the content is stored)."""
+        real = os.path.realpath(path)
+        with open(real, "rb") as f:
+            data = f.read()
+        self.file(name or path, data, os.stat(real).st_mode & 0o7777)
+
+    def link(self, name, target):
+        name = name.strip("/")
+        if name in self.names:
+            return
+        self._dirs(name)
+        ti = tarfile.TarInfo(name)
+        ti.type, ti.linkname = tarfile.SYMTYPE, target
+        self.tar.addfile(ti)
+        self.names.add(name)
+
+    def bytes(self):
+        self.tar.close()
+        return self.buf.getvalue()
+
+
+def python_files():
+    exe = os.path.realpath(sys.executable)
+    ver = "python%d.%d" % sys.version_info[:2]
+    stdlib = os.path.dirname(os.__file__)
+    files = []
+    for dirpath, dirnames, filenames in os.walk(stdlib):
+        rel = os.path.relpath(dirpath, stdlib)
+        top = rel.split(os.sep)[0]
+        if top != "." and top.startswith(SKIP_STDLIB):
+            dirnames[:] = []
+            continue
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        files += [os.path.join(dirpath, f) for f in filenames if not f.endswith(".pyc")]
+    return exe, ver, stdlib, files
+
+
+def build(args):
+    layer = Layer()
+    for d in ("proc", "sys", "dev", "tmp", "etc", "run", "var/tmp", "check", "usr/bin", "usr/local/nvidia"):
+        layer.dir(d, 0o1777 if d in ("tmp", "var/tmp") else 0o755)
+    # usrmerge layout like the host's (Ubuntu 24.04): /bin, /lib, /lib64 link into /usr
+    for top in ("bin", "sbin", "lib", "lib64"):
+        if os.path.islink("/" + top):
+            layer.dir("usr/" + top)
+            layer.link(top, os.readlink("/" + top))
+    layer.host_file(args.pause, "pause")
+    layer.host_file(args.busybox, "usr/bin/busybox")
+    for a in APPLETS:
+        layer.link("usr/bin/" + a, "busybox")
+    exe, ver, stdlib, files = python_files()
+    layer.host_file(exe, "usr/bin/" + ver)
+    layer.link("usr/bin/python3", ver)
+    elves = [exe] + [f for f in files if f.endswith(".so")]
+    for f in files:
+        layer.host_file(f)
+    for lib in sorted(needed_libs(elves)):
+        layer.host_file(lib)
+        real = os.path.realpath(lib)
+        if real != lib:
+            layer.host_file(real)
+    # ctypes.util.find_library needs no ldconfig here: _cuda.py loads libcuda.so.1 by SONAME
+    with open(args.cuda_check, "rb") as f:
+        layer.file("check/_cuda.py", f.read(), 0o755)
+    layer.file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
+    layer.file("etc/group", b"root:x:0:\nnogroup:x:65534:\n")
+    layer.file("etc/ld.so.conf", b"/usr/local/nvidia/lib64\n")
+    data = layer.bytes()
+    return data, len(layer.names)
+
+
+def sha(data):
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def oci_archive(layer, name, out):
+    config = {
+        "architecture": "amd64", "os": "linux",
+        "config": {
+            "Entrypoint": ["/pause"],
+            "Env": ["PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
+                    "NVIDIA_DRIVER_CAPABILITIES=compute,utility"],
+            "WorkingDir": "/",
+        },
+        "rootfs": {"type": "layers", "diff_ids": [sha(layer)]},
+        "history": [{"created_by": "tests/lab/gpu/node/mkimage.py (host files)"}],
+    }
+    cfg = json.dumps(config, sort_keys=True).encode()
+    manifest = {
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha(cfg), "size": len(cfg)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": sha(layer), "size": len(layer)}],
+    }
+    man = json.dumps(manifest, sort_keys=True).encode()
+    index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+             "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": sha(man),
+                            "size": len(man), "platform": {"architecture": "amd64", "os": "linux"},
+                            "annotations": {"io.containerd.image.name": name,
+                                            "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1]}}]}
+    with tarfile.open(out, "w") as t:
+        def add(n, data):
+            ti = tarfile.TarInfo(n)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+        add("oci-layout", b'{"imageLayoutVersion": "1.0.0"}')
+        add("index.json", json.dumps(index).encode())
+        for blob in (layer, cfg, man):
+            add("blobs/sha256/" + sha(blob)[7:], blob)
+    return sha(man)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--pause", required=True)
+    ap.add_argument("--busybox", required=True)
+    ap.add_argument("--cuda-check", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    layer, n = build(args)
+    digest = oci_archive(layer, args.name, args.out)
+    print("image %s: %d entries, layer %.1f MB, manifest %s" % (args.name, n, len(layer) / 1e6, digest))
+
+
+if __name__ == "__main__":
+    main()
