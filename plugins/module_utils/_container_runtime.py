@@ -29,6 +29,7 @@ import socket
 import tempfile
 import time
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import backup_copy, write_atomic
 from ansible_collections.gpuops.nvidia.plugins.module_utils._toml import (
     Document,
     TomlEditError,
@@ -79,7 +80,76 @@ def check_params(p, need_runtime_path=True):
         raise RuntimeConfigError("runtime_path must be an absolute path")
     if p.get("drop_in_path") and runtime != "containerd":
         raise RuntimeConfigError("drop_in_path is only supported for containerd (for CRI-O, config_path is the drop-in)")
-    return p.get("config_path") or DEFAULT_CONFIG[runtime]
+    path = p.get("config_path") or DEFAULT_CONFIG[runtime]
+    check_drop_in(path, p.get("drop_in_path"))
+    return path
+
+
+def _real_candidates(path, base_dir):
+    """Real paths ``path`` may name: from the working directory and, when relative, from
+    ``base_dir`` (containerd resolves a relative import against the main file's directory)."""
+    out = [os.path.realpath(os.path.abspath(path))]
+    if not os.path.isabs(path) and base_dir:
+        out.append(os.path.realpath(os.path.join(base_dir, path)))
+    return out
+
+
+def same_file(a, b, base_dir=None):
+    """Whether paths ``a`` and ``b`` name one file (symlinks, ``..``, relative forms, hard links)."""
+    reals_a = _real_candidates(a, base_dir)
+    reals_b = _real_candidates(b, base_dir)
+    if set(reals_a) & set(reals_b):
+        return True
+    for x in reals_a:
+        for y in reals_b:
+            try:
+                if os.path.samefile(x, y):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def check_drop_in(config_path, drop_in_path):
+    """Refuse a containerd drop-in that is the main config itself (it would overwrite it)."""
+    if not drop_in_path:
+        return
+    base_dir = os.path.dirname(os.path.realpath(os.path.abspath(config_path)))
+    if same_file(config_path, drop_in_path, base_dir):
+        raise RuntimeConfigError(
+            "drop_in_path %s is the same file as config_path %s (%s): writing the drop-in would replace "
+            "the main containerd config. Use a file of its own, for example /etc/containerd/conf.d/99-nvidia.toml"
+            % (drop_in_path, config_path, os.path.realpath(os.path.abspath(config_path))))
+
+
+def default_backup_dir(p):
+    """Backups live under the state directory, never next to the configs."""
+    return os.path.join(p.get("state_dir") or DEFAULT_STATE_DIR, "backups")
+
+
+def check_backup_dir(backup_dir, p, paths):
+    """Refuse a backup directory the daemon could load configs from.
+
+    That is the directory of any file the module edits, or anything below the
+    directory of a drop-in (CRI-O loads every file of ``crio.conf.d``; a
+    containerd ``imports`` glob may cover the drop-in's directory).
+    """
+    if not backup_dir or not os.path.isabs(backup_dir):
+        raise RuntimeConfigError("backup_dir must be an absolute path")
+    bdir = os.path.realpath(backup_dir)
+    runtime = p["runtime"]
+    for path in paths:
+        if not path:
+            continue
+        d = os.path.dirname(os.path.realpath(os.path.abspath(path)))
+        drop_in = runtime == "crio" or (runtime == "containerd" and path == p.get("drop_in_path"))
+        if bdir == d or (drop_in and bdir.startswith(d.rstrip(os.sep) + os.sep)):
+            raise RuntimeConfigError(
+                "backup_dir %s is %s %s, where %s reads configuration files: a backup there would be "
+                "loaded as configuration. Choose a directory elsewhere (default: <state_dir>/backups)"
+                % (backup_dir, "the directory of" if bdir == d else "inside the drop-in directory of", path,
+                   runtime))
+    return bdir
 
 
 # -- containerd ---------------------------------------------------------------
@@ -690,6 +760,7 @@ def plan_absent(p, store, read=read_bytes):
     drop_in = None
     if runtime == "containerd":
         drop_in = p.get("drop_in_path") or (main_rec or {}).get("drop_in_path")
+        check_drop_in(path, drop_in)
         if drop_in:
             files.append((drop_in, "drop_in", store.load(drop_in)))
     changes, ops, warnings = [], [], []
@@ -746,51 +817,83 @@ def _data_differs(runtime, before, after):
 
 # -- writing ----------------------------------------------------------------------
 
-def write_bytes(module, path, data, meta=None, backup=False):
-    """Atomically make ``path`` hold ``data`` (None removes it); returns the backup file or None."""
-    backup_file = None
-    if backup and os.path.exists(path):
-        backup_file = module.backup_local(path)
+class ApplyError(RuntimeConfigError):
+    """A write failed; the files written so far were put back (``unrestored`` lists those that could not be)."""
+
+    def __init__(self, msg, unrestored):
+        RuntimeConfigError.__init__(self, msg)
+        self.unrestored = unrestored
+
+
+def write_bytes(module, path, data, meta=None):
+    """Atomically make ``path`` hold ``data`` (None removes it).
+
+    Written through a symlink (the link stays).  ``meta`` (mode/uid/gid) is
+    enforced when given; otherwise an existing file keeps its mode and owner and a
+    new one gets 0644.
+    """
     if data is None:
         if os.path.lexists(path):
             os.unlink(path)
-        return backup_file
-    directory = os.path.dirname(path) or "."
-    if not os.path.isdir(directory):
-        os.makedirs(directory, mode=0o755)
-    fd, tmp = tempfile.mkstemp(prefix=".gpuops-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, meta["mode"] if meta else 0o644)
-        module.atomic_move(tmp, path, unsafe_writes=False)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    if meta:
-        try:
-            os.chmod(path, meta["mode"])
-            if meta.get("uid") is not None and (os.geteuid() == 0 or meta["uid"] == os.geteuid()):
-                os.chown(path, meta["uid"], meta["gid"])
-        except OSError:
-            pass
-    return backup_file
+        return
+    owner = None
+    if meta and meta.get("uid") is not None:
+        owner = (meta["uid"], meta.get("gid"))
+    write_atomic(module, path, data, mode=meta["mode"] if meta else None, owner=owner)
 
 
-def apply_changes(module, changes, backup=False):
-    """Write every change; returns {path: backup file}."""
+def _is_as_before(c):
+    if read_bytes(c.path) != c.before:
+        return False
+    return c.before is None or c.before_meta is None or file_meta(c.path)["mode"] == c.before_meta["mode"]
+
+
+def apply_changes(module, changes, backup=False, backup_dir=None):
+    """Write every change, in the order given; returns {path: backup file}.
+
+    Backups are all taken before the first write.  If any write fails, the
+    files written so far are put back byte for byte (a file that did not exist
+    is deleted) and :class:`ApplyError` is raised.
+    """
     backups = {}
+    if backup:
+        for c in changes:
+            if c.before is not None:
+                try:
+                    backups[c.path] = backup_copy(module, c.path, backup_dir)
+                except (OSError, IOError) as e:
+                    raise ApplyError("cannot back up %s: %s; nothing was changed" % (c.path, e), [])
+    done = []
     for c in changes:
-        b = write_bytes(module, c.path, c.after, meta=c.meta, backup=backup)
-        if b:
-            backups[c.path] = b
+        done.append(c)
+        try:
+            write_bytes(module, c.path, c.after, meta=c.meta)
+        except Exception as e:      # disk full, read-only file system, EBUSY bind mount, ...
+            unrestored = restore_changes(module, done)
+            if unrestored:
+                state = "could NOT restore %s (see backups or the records in state_dir)" % ", ".join(unrestored)
+            else:
+                state = "original files restored byte for byte, nothing was changed"
+            raise ApplyError("writing %s failed: %s; %s" % (c.path, e, state), unrestored)
     return backups
 
 
 def restore_changes(module, changes):
-    """Put every file back exactly as it was before ``changes`` (bytes, mode, owner)."""
+    """Put every file back exactly as it was before ``changes`` (bytes, mode, owner).
+
+    Files already as they were are left alone.  Returns the paths that could not
+    be restored (an empty list when all are back).
+    """
+    failed = []
     for c in reversed(changes):
-        write_bytes(module, c.path, c.before, meta=c.before_meta)
+        try:
+            if not _is_as_before(c):
+                write_bytes(module, c.path, c.before, meta=c.before_meta)
+            if read_bytes(c.path) != c.before:
+                failed.append(c.path)
+        except Exception:
+            failed.append(c.path)
+    return failed
 
 
 # -- daemon control ---------------------------------------------------------------

@@ -6,14 +6,45 @@
 PRIVATE: this module_utils file may change at any time; do not import it from
 outside the collection.
 
-Every config-editing module goes through :func:`ensure_file` so that writes are
-atomic (temp file in the same directory + ``atomic_move``), optionally backed up,
-skipped when the content is unchanged, honour check mode, and produce a diff.
+Every config-editing module goes through :func:`ensure_file` (or, for byte-exact
+multi-file edits, :func:`write_atomic` under :func:`file_lock`) so that:
+
+- writes are atomic: a temp file in the *target's* directory, fsync'd, renamed
+  over the target; a reader sees the old or the new content, never a mix;
+- a symlink is written *through*: the link's target is replaced, the link stays;
+- an existing file keeps its mode and owner unless a mode is asked for
+  (``enforce_mode``); a new file gets exactly ``mode``, whatever the umask;
+- backups go next to the file (``module.backup_local``) or, with ``backup_dir``,
+  into a directory of their own (needed where the daemon loads every file of the
+  config's directory, like ``crio.conf.d``);
+- one exclusive lock per file (``fcntl.flock`` on ``<lock dir>/<sha256 of the
+  real path>.lock``) is held around read-modify-write, so two runs at once on one
+  host cannot lose each other's update.  Pass ``content`` as a callable
+  (``before_text -> new_text``) to have ensure_file read and compute under the
+  lock, or hold :func:`file_lock` around your own read;
+- nothing is written (no lock file either) in check mode; a before/after diff
+  is produced when the module runs with --diff.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import hashlib
 import os
+import shutil
+import stat
 import tempfile
+import time
+
+# where lock files live; the first usable one wins (GPUOPS_LOCK_DIR overrides)
+LOCK_DIRS = ("/run/lock/gpuops", "/var/lock/gpuops")
+LOCK_TIMEOUT = 600
+_HELD = {}   # (pid, lock file) -> [fd, depth]: file_lock is re-entrant within a process
+
+
+class FileLockTimeout(OSError):
+    """Another process held a file's lock for longer than the timeout."""
 
 
 def read_text(path):
@@ -25,51 +56,259 @@ def read_text(path):
         return None
 
 
-def ensure_file(module, path, content, mode=0o644, backup=False, diff_label=None):
-    """Make ``path`` hold exactly ``content``.
+# -- locks ------------------------------------------------------------------------
 
-    Returns a dict with ``changed``, ``diff`` (before/after, only when the module
-    runs with --diff) and ``backup_file`` (when a backup was taken).  Nothing is
-    written in check mode.  The write is atomic; the old file is kept as a
-    timestamped backup when ``backup`` is true.
+def _private_dir(d):
+    """Create ``d`` (0700) if needed; refuse a symlink or a directory owned by someone else."""
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise OSError(errno.EPERM, "%s is not a directory owned by uid %d" % (d, os.geteuid()))
+    return d
+
+
+def lock_dir():
+    """The directory holding lock files (created on first use)."""
+    env = os.environ.get("GPUOPS_LOCK_DIR")
+    if env:
+        return _private_dir(env)
+    uid = os.geteuid()
+    candidates = [d if uid == 0 else "%s-%d" % (d, uid) for d in LOCK_DIRS]
+    candidates.append(os.path.join(tempfile.gettempdir(), "gpuops-locks-%d" % uid))
+    errors = []
+    for d in candidates:
+        try:
+            return _private_dir(d)
+        except OSError as e:
+            errors.append("%s: %s" % (d, e))
+    raise OSError(errno.EACCES, "no usable lock directory (%s)" % "; ".join(errors))
+
+
+def lock_path(path, directory=None):
+    """Lock file of ``path``: keyed by its real path (symlinks and ``..`` resolved)."""
+    real = os.path.realpath(path)
+    return os.path.join(directory or lock_dir(), hashlib.sha256(real.encode("utf-8")).hexdigest() + ".lock")
+
+
+@contextlib.contextmanager
+def file_lock(path, timeout=LOCK_TIMEOUT, directory=None):
+    """Hold the exclusive lock of ``path`` (blocking up to ``timeout`` seconds)."""
+    lp = lock_path(path, directory)
+    key = (os.getpid(), lp)
+    held = _HELD.get(key)
+    if held is not None:
+        held[1] += 1
+        try:
+            yield lp
+        finally:
+            held[1] -= 1
+        return
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(lp, flags, 0o600)
+    try:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                if time.time() >= deadline:
+                    raise FileLockTimeout(errno.ETIMEDOUT, "another run has held the lock of %s (%s) for more than "
+                                          "%d s" % (path, lp, timeout))
+                time.sleep(0.02)
+        _HELD[key] = [fd, 1]
+        try:
+            yield lp
+        finally:
+            del _HELD[key]
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def file_locks(paths, enabled=True, timeout=LOCK_TIMEOUT):
+    """Hold the locks of several files, taken in one global order (no deadlock between runs)."""
+    if not enabled:
+        yield []
+        return
+    with contextlib.ExitStack() as stack:
+        seen = {}
+        for p in paths:
+            if p:
+                seen.setdefault(lock_path(p), p)
+        for lp in sorted(seen):
+            stack.enter_context(file_lock(seen[lp], timeout=timeout))
+        yield sorted(seen)
+
+
+# -- writing ----------------------------------------------------------------------
+
+def _fsync_dir(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _selinux(module, real, existed):
+    try:
+        if module is not None and getattr(module, "selinux_enabled", None) and module.selinux_enabled():
+            return module.selinux_context(real) if existed else module.selinux_default_context(real)
+    except Exception:  # pragma: no cover - best effort, like atomic_move
+        return None
+    return None
+
+
+def current_mode(path):
+    """Permission bits of the file at ``path`` (through symlinks), None when absent."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        return None
+
+
+def write_atomic(module, path, data, mode=None, owner=None, default_mode=0o644):
+    """Atomically make the file at ``path`` hold the bytes ``data``.
+
+    A symlink is followed: its target is replaced, the link is kept.  ``mode``
+    enforces the permission bits; None keeps the existing file's (``default_mode``
+    for a new file).  ``owner`` (uid, gid) enforces the owner; None keeps the
+    existing file's.  Returns the real path written.  On any error the target is
+    unchanged and no temp file is left behind.
     """
-    before = read_text(path)
-    result = {"changed": before != content, "path": path}
-    if module._diff:
-        label = diff_label or path
-        result["diff"] = {
-            "before": before or "",
-            "after": content,
-            "before_header": label if before is not None else "%s (absent)" % label,
-            "after_header": label,
-        }
-    if not result["changed"] or module.check_mode:
-        return result
-    directory = os.path.dirname(path) or "."
+    real = os.path.realpath(path)
+    directory = os.path.dirname(real) or "."
     if not os.path.isdir(directory):
         os.makedirs(directory, mode=0o755)
-    if backup and before is not None:
-        result["backup_file"] = module.backup_local(path)
-    fd, tmp = tempfile.mkstemp(prefix=".gpuops-", dir=directory)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(content)
-        os.chmod(tmp, mode)
-        module.atomic_move(tmp, path, unsafe_writes=False)
+        st = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "%s is not a regular file" % real)
+    final_mode = mode if mode is not None else (st.st_mode & 0o7777 if st is not None else default_mode)
+    final_owner = owner if owner is not None else ((st.st_uid, st.st_gid) if st is not None else None)
+    context = _selinux(module, real, st is not None)
+    fd, tmp = tempfile.mkstemp(prefix=".gpuops-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            if final_owner is not None and final_owner[0] is not None and \
+                    (os.geteuid() == 0 or final_owner[0] == os.geteuid()):
+                try:
+                    os.fchown(f.fileno(), final_owner[0], final_owner[1] if final_owner[1] is not None else -1)
+                except OSError as e:
+                    if e.errno != errno.EPERM:
+                        raise
+            os.fchmod(f.fileno(), final_mode)    # after chown, which may clear set-id bits
+            os.fsync(f.fileno())
+        os.rename(tmp, real)
+        tmp = None
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.lexists(tmp):
             os.unlink(tmp)
-    return result
+    _fsync_dir(directory)
+    if context is not None:
+        try:
+            module.set_context_if_different(real, context, False)
+        except Exception:  # pragma: no cover
+            pass
+    return real
 
 
-def remove_file(module, path, backup=False):
+def backup_copy(module, path, backup_dir=None):
+    """Copy the file at ``path`` before it changes; returns the backup's path.
+
+    Without ``backup_dir`` this is ``module.backup_local`` (next to the file).
+    With it, the copy goes to ``<backup_dir>/<real path of the file>.<pid>.<time>~``
+    (mode kept, directories 0700), never into the file's own directory.
+    """
+    if not backup_dir:
+        return module.backup_local(path)
+    real = os.path.realpath(path)
+    dest_dir = os.path.join(backup_dir, os.path.dirname(real).lstrip(os.sep))
+    if not os.path.isdir(dest_dir):
+        os.makedirs(dest_dir, mode=0o700)
+    dest = os.path.join(dest_dir, "%s.%d.%s" % (os.path.basename(real), os.getpid(),
+                                                time.strftime("%Y-%m-%d@%H:%M:%S~")))
+    shutil.copy2(real, dest)
+    try:
+        st = os.stat(real)
+        os.chown(dest, st.st_uid, st.st_gid)
+    except OSError:
+        pass
+    return dest
+
+
+def _nolock():
+    return contextlib.nullcontext()
+
+
+def ensure_file(module, path, content, mode=0o644, backup=False, diff_label=None, enforce_mode=False,
+                backup_dir=None, lock=True):
+    """Make ``path`` hold exactly ``content``.
+
+    ``content`` is the text, or a callable given the current text (None when the
+    file is absent) that returns it, evaluated under the file's lock.  ``mode``
+    is the mode of a new file; an existing file keeps its mode and owner unless
+    ``enforce_mode`` (then ``mode`` is applied, also when the content is already
+    right).  Returns a dict with ``changed``, ``diff`` (before/after, only when
+    the module runs with --diff) and ``backup_file`` (when a backup was taken).
+    Nothing is written in check mode.  The write is atomic and goes through
+    symlinks.
+    """
+    with (file_lock(path) if lock and not module.check_mode else _nolock()):
+        before = read_text(path)
+        if callable(content):
+            content = content(before)
+        have_mode = current_mode(path) if before is not None else None
+        mode_changes = bool(enforce_mode and before is not None and have_mode != mode)
+        result = {"changed": before != content or mode_changes, "path": path}
+        if module._diff:
+            label = diff_label or path
+            before_header = label if before is not None else "%s (absent)" % label
+            after_header = label
+            if mode_changes:
+                before_header += " (mode %04o)" % have_mode
+                after_header += " (mode %04o)" % mode
+            result["diff"] = {
+                "before": before or "",
+                "after": content,
+                "before_header": before_header,
+                "after_header": after_header,
+            }
+        if not result["changed"] or module.check_mode:
+            return result
+        if before != content:
+            if backup and before is not None:
+                result["backup_file"] = backup_copy(module, path, backup_dir)
+            write_atomic(module, path, content.encode("utf-8"),
+                         mode=mode if (enforce_mode or before is None) else None)
+        else:
+            os.chmod(os.path.realpath(path), mode)
+        return result
+
+
+def remove_file(module, path, backup=False, backup_dir=None):
     """Remove ``path`` if present (check-mode aware), with optional backup."""
-    before = read_text(path)
-    result = {"changed": before is not None, "path": path}
-    if module._diff:
-        result["diff"] = {"before": before or "", "after": "", "before_header": path, "after_header": "%s (absent)" % path}
-    if result["changed"] and not module.check_mode:
-        if backup:
-            result["backup_file"] = module.backup_local(path)
-        os.unlink(path)
-    return result
+    with (file_lock(path) if not module.check_mode else _nolock()):
+        before = read_text(path)
+        result = {"changed": before is not None, "path": path}
+        if module._diff:
+            result["diff"] = {"before": before or "", "after": "", "before_header": path,
+                              "after_header": "%s (absent)" % path}
+        if result["changed"] and not module.check_mode:
+            if backup:
+                result["backup_file"] = backup_copy(module, path, backup_dir)
+            os.unlink(path)
+        return result

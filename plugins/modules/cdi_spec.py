@@ -21,7 +21,8 @@ description:
   - The spec declares the lowest C(cdiVersion) that can express it.
   - GPU UUIDs and MIG devices come from NVML (C(pynvml)) when it is importable, otherwise from
     C(/proc/driver/nvidia) (MIG devices are then named by index only).
-  - The file is written only when its content differs.
+  - The file is written only when its content differs (or only its mode is changed when only the mode
+    differs), atomically, under a per-file lock shared with the collection's other modules.
 author:
   - gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
@@ -82,11 +83,17 @@ options:
     description: C(nvidia-cdi-hook) (or C(nvidia-ctk)) used for hooks. Found automatically when unset.
     type: path
   mode:
-    description: File mode of the spec.
+    description:
+      - File mode of the spec, as an octal string (C('0644')) or a number.
+      - Enforced on every run, also when the content is already right (a mode-only change reports
+        C(changed) and shows the old and new mode in the diff headers). The owner of an existing file is kept.
+      - When O(path) is a symlink, the link's target is written (atomically) and gets the mode; the link stays.
     type: raw
     default: '0644'
   backup:
-    description: Keep a timestamped copy of the previous spec.
+    description:
+      - Keep a timestamped copy of the previous spec, next to it (its name ends with C(~) and not with
+        C(.yaml)/C(.json), so CDI registries do not load it).
     type: bool
     default: false
 notes:
@@ -150,6 +157,11 @@ spec:
   description: The generated spec.
   returned: when O(state=present)
   type: dict
+mode:
+  description: Mode of the spec file, as enforced.
+  returned: when O(state=present)
+  type: str
+  sample: '0644'
 backup_file:
   description: Backup of the previous spec (also before O(state=absent) removes it).
   returned: when O(backup=true) and the spec changed
@@ -193,9 +205,15 @@ def argument_spec():
 def _mode(module):
     m = module.params["mode"]
     try:
-        return int(m, 8) if isinstance(m, str) else int(m)
-    except ValueError:
-        module.fail_json(msg="mode must be an octal string such as '0644', got %r" % (m,))
+        if isinstance(m, bool):
+            raise ValueError(m)
+        value = int(m, 8) if isinstance(m, str) else int(m)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or not 0 <= value <= 0o7777:
+        module.fail_json(msg="mode must be an octal string between '0000' and '07777' such as '0644' "
+                             "(or the equivalent number), got %r" % (m,))
+    return value
 
 
 def run(module):
@@ -228,8 +246,8 @@ def run(module):
         module.fail_json(msg=str(e))
     for w in info["warnings"]:
         module.warn(w)
-    result = ensure_file(module, p["path"], render(spec, p["path"]), mode=mode, backup=p["backup"])
-    result.update(cdi_version=spec["cdiVersion"], devices=info["device_names"], driver_version=info["driver_version"],
+    result = ensure_file(module, p["path"], render(spec, p["path"]), mode=mode, backup=p["backup"], enforce_mode=True)
+    result.update(mode="%04o" % mode, cdi_version=spec["cdiVersion"], devices=info["device_names"], driver_version=info["driver_version"],
                   library_dir=info["library_dir"], hook=info["hook"], source=used, spec=spec)
     return result
 

@@ -44,6 +44,16 @@ description:
     config written before records existed) the entries are removed the same surgical way."
   - O(state=absent) validates and restarts the daemon exactly like O(state=present), and puts the
     files back if the daemon does not come back healthy.
+  - "Safe writes: every file is written atomically (temp file in the same directory, fsync, rename). With
+    O(drop_in_path) the drop-in is written before the main file that imports it (O(state=absent) takes the
+    import out before deleting the drop-in), so containerd never imports a missing drop-in. If any write or
+    the restart fails, every file is put back byte for byte (mode and owner too; a drop-in that did not
+    exist is deleted), the records under O(state_dir) are put back, and the task fails saying so."
+  - "A symlinked config is edited through the link: the link's target is replaced atomically and the link
+    stays. An existing file keeps its mode and owner; a new file gets mode 0644."
+  - "Concurrent runs on one host: the whole read-modify-write (and the restart) holds an exclusive lock per
+    file (C(flock) on C(/run/lock/gpuops/<sha256 of the real path>.lock), shared with the collection's
+    other modules), so two runs at once cannot lose each other's change; the second waits for the first."
 author:
   - gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
@@ -98,6 +108,9 @@ options:
       - Needs config version 2 or 3.
       - With O(state=absent) it may be left out when the drop-in was written with O(state_dir)
         records (the record of the main file names it).
+      - Must not be O(config_path) itself; that is refused before anything changes, also when the two
+        paths reach the same file through symlinks, C(..), a relative form (resolved from the working
+        directory and, like containerd does for imports, from the main file's directory) or a hard link.
     type: path
   runtime_name:
     description: Name of the runtime entry.
@@ -169,9 +182,20 @@ options:
     type: int
     default: 30
   backup:
-    description: Keep a timestamped copy of each file before changing it.
+    description:
+      - Keep a timestamped copy of each file before changing it, in O(backup_dir) (never next to the
+        file, because CRI-O loads every file of C(crio.conf.d) and a containerd C(imports) glob may cover the
+        drop-in's directory, so a backup there would be loaded as configuration).
     type: bool
     default: false
+  backup_dir:
+    description:
+      - Directory for the backups of O(backup=true). Each backup is C(<backup_dir>/<real path of the
+        file>.<pid>.<time>~) (directories created with mode 0700).
+      - Defaults to C(<state_dir>/backups).
+      - Refused when it is the directory of an edited file, or inside the directory of a drop-in (CRI-O
+        O(config_path), containerd O(drop_in_path)).
+    type: path
 notes:
   - Supports Python 3.8+ on the target with the standard library only.
 seealso:
@@ -246,14 +270,22 @@ inherited_from:
   type: str
   sample: runc
 changed_files:
-  description: Files whose content changed (or would change in check mode).
+  description:
+    - Files whose content changed (or would change in check mode).
+    - After a failed write or restart, the files that could not be put back (empty when all were).
   returned: always
   type: list
   elements: str
 backup_files:
-  description: Backups taken, by file.
+  description: Backups taken, by file (paths under RV(backup_dir)).
   returned: when O(backup=true) and a file changed
   type: dict
+  sample: {"/etc/crio/crio.conf.d/99-nvidia.toml": "/var/lib/gpuops/container_runtime/backups/etc/crio/crio.conf.d/99-nvidia.toml.4242.2026-01-31@12:00:00~"}
+backup_dir:
+  description: Directory the backups went to.
+  returned: when O(backup=true)
+  type: str
+  sample: /var/lib/gpuops/container_runtime/backups
 effective_changed:
   description: Whether the parsed configuration changed (only then is the daemon restarted).
   returned: success
@@ -271,8 +303,11 @@ effective_runtime:
   returned: when containerd validation ran
   type: dict
 restored:
-  description: On a failed restart, whether the original files were put back and the daemon came back.
-  returned: failure after a restart
+  description:
+    - On a failed write, whether every file was put back byte for byte (C(changed) is then false).
+    - On a failed restart, whether the original files were put back and the daemon came back
+      (C(changed) is then true, because the daemon was restarted).
+  returned: failure after a write or a restart
   type: bool
 restored_files:
   description: Files put back byte for byte as they were before the module's first change.
@@ -291,6 +326,7 @@ edited_files:
   elements: str
 """
 
+import contextlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -298,11 +334,15 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._container_runtime import (
     DEFAULT_BINARY,
     DEFAULT_STATE_DIR,
+    ApplyError,
     Daemon,
     FileChange,
     RecordStore,
     RuntimeConfigError,
     apply_changes,
+    check_backup_dir,
+    check_params,
+    default_backup_dir,
     dump_has_runtime,
     plan,
     plan_absent,
@@ -311,7 +351,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._container_runtime i
     restore_changes,
     validate_containerd,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._files import read_text
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import file_locks, read_text
 
 
 def argument_spec():
@@ -337,14 +377,37 @@ def argument_spec():
         validate=dict(type="bool", default=True),
         restart_timeout=dict(type="int", default=30),
         backup=dict(type="bool", default=False),
+        backup_dir=dict(type="path"),
     )
 
 
 def run(module):
+    """Refuse bad input first, then do the whole read-modify-write under the files' locks."""
     p = dict(module.params)
-    if p.get("state") == "absent":
-        return run_absent(module, p)
     result = dict(changed=False, restarted=False, validated=False, changed_files=[])
+    try:
+        config_path = check_params(p, need_runtime_path=p.get("state") != "absent")
+        paths = [config_path, p.get("drop_in_path")]
+        if p["runtime"] == "containerd" and p.get("state") == "absent" and not p.get("drop_in_path"):
+            # the drop-in of an earlier run is named by the main file's record
+            paths.append((RecordStore(p["state_dir"]).load(config_path) or {}).get("drop_in_path"))
+        if p.get("backup"):
+            p["backup_dir"] = p.get("backup_dir") or default_backup_dir(p)
+            check_backup_dir(p["backup_dir"], p, paths)
+    except RuntimeConfigError as e:
+        module.fail_json(msg=str(e), **result)
+    locks = contextlib.ExitStack()
+    try:
+        locks.enter_context(file_locks(paths, enabled=not module.check_mode))
+    except OSError as e:
+        module.fail_json(msg="cannot lock %s: %s" % (" and ".join(x for x in paths if x), e), **result)
+    with locks:
+        if p.get("state") == "absent":
+            return run_absent(module, p)
+        return run_present(module, p, result)
+
+
+def run_present(module, p, result):
     try:
         changes, info = plan(p, read_text)
         store = RecordStore(p["state_dir"])
@@ -383,15 +446,28 @@ def run(module):
         return result
 
     files = [FileChange(path, read_bytes(path), after.encode("utf-8")) for path, _before, after in changes]
+    # the drop-in first, then the main file that imports it: never an import of a missing
+    # or stale drop-in (state=absent goes the other way: the import goes before the drop-in)
+    files.sort(key=lambda c: c.path == result["config_path"])
     try:
         records = present_records(store, p, files, result["config_path"])
     except RuntimeConfigError as e:
         module.fail_json(msg=str(e), **result)
     # the pristine copies are safe on disk before the first byte of a config changes
     saved = [(path, store.load_raw(path)) for path, _rec in records]
-    for path, rec in records:
-        store.save(path, rec)
-    return _apply(module, p, result, files, undo_records=lambda: [store.put_raw(path, raw) for path, raw in saved])
+
+    def undo_records():
+        for path, raw in saved:
+            store.put_raw(path, raw)
+    try:
+        for path, rec in records:
+            store.save(path, rec)
+    except (OSError, IOError) as e:
+        undo_records()
+        result.update(changed=False, changed_files=[])
+        module.fail_json(msg="cannot write the state record for %s in %s: %s; nothing was changed"
+                             % (path, p["state_dir"], e), **result)
+    return _apply(module, p, result, files, undo_records=undo_records)
 
 
 def run_absent(module, p):
@@ -440,31 +516,53 @@ def run_absent(module, p):
 
 
 def _apply(module, p, result, files, undo_records=None):
-    """Write ``files``, restart when the parsed config changed, restore on failure."""
+    """Write ``files`` (in order), restart when the parsed config changed, restore on failure.
+
+    Any failure (a write, the restart) puts every file back byte for byte (a file
+    that did not exist is deleted) and the state records as they were, then fails
+    with a message; ``changed`` then says whether anything is left different
+    (a file that could not be restored, or a daemon that was restarted).
+    """
     def undo():
-        restore_changes(module, files)
+        unrestored = restore_changes(module, files)
         if undo_records:
             undo_records()
+        result["changed_files"] = unrestored
+        return unrestored
 
-    backups = apply_changes(module, files, p["backup"])
+    if p["backup"]:
+        result["backup_dir"] = p["backup_dir"]
+    try:
+        backups = apply_changes(module, files, p["backup"], p.get("backup_dir"))
+    except ApplyError as e:
+        if undo_records:
+            undo_records()
+        result.update(changed=bool(e.unrestored), changed_files=e.unrestored, restored=not e.unrestored)
+        module.fail_json(msg="%s: %s" % (p["runtime"], e), **result)
     if backups:
         result["backup_files"] = backups
     if not result.get("effective_changed") or p["restart_mode"] == "none":
         return result
     if p["restart_mode"] == "command" and not p.get("restart_command"):
-        undo()
-        module.fail_json(msg="restart_mode=command needs restart_command; original files restored", **result)
+        unrestored = undo()
+        result.update(changed=bool(unrestored), restored=not unrestored)
+        module.fail_json(msg="restart_mode=command needs restart_command; %s"
+                             % ("original files restored" if not unrestored else
+                                "could NOT restore " + ", ".join(unrestored)), **result)
     daemon = Daemon(module, p)
     ok, err = daemon.restart()
     result["restarted"] = True
     if ok:
         return result
-    undo()
+    unrestored = undo()
     back, err2 = daemon.restart()
-    result["restored"] = back
+    result["restored"] = back and not unrestored
+    result["changed"] = True        # the daemon was restarted (and files may be left changed)
     module.fail_json(
-        msg="%s did not come back healthy with the new configuration: %s. Original configuration restored; "
-            "daemon %s." % (p["runtime"], err, "is running again" if back else "is STILL DOWN: " + err2),
+        msg="%s did not come back healthy with the new configuration: %s. %s; daemon %s."
+            % (p["runtime"], err,
+               "Original configuration restored" if not unrestored else "Could NOT restore " + ", ".join(unrestored),
+               "is running again" if back else "is STILL DOWN: " + err2),
         **result)
 
 
