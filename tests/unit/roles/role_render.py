@@ -8,6 +8,7 @@ import yaml
 from ansible.parsing.dataloader import DataLoader
 from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar, trust_as_template
+from ansible.utils.collection_loader import AnsibleCollectionConfig
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 COLLECTIONS = os.environ.get("GPUOPS_COLLECTIONS", os.path.join(REPO, ".collections"))
@@ -15,7 +16,10 @@ ROLES = os.path.join(COLLECTIONS, "ansible_collections", "gpuops", "nvidia", "ro
 FIXTURES = os.path.join(REPO, "tests", "unit", "fixtures")
 K8S_VERSION = "1.37.0"  # the cluster lane's kube-apiserver (tests/lab/cluster/build.sh: v1.37.2)
 
-init_plugin_loader([COLLECTIONS])
+# tests/unit/conftest.py installs Ansible's collection loader before any test module is imported (it
+# must come before the first import of ansible_collections.*); only when used on its own is it done here.
+if AnsibleCollectionConfig.collection_finder is None:
+    init_plugin_loader([COLLECTIONS])
 
 
 def _trust(obj):

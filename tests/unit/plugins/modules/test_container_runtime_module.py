@@ -89,7 +89,8 @@ def env(tmp_path):
 def params(cfg, sock, **kw):
     p = {k: v.get("default") for k, v in mod.argument_spec().items()}
     p.update(runtime="docker" if str(cfg).endswith(".json") else "containerd", config_path=str(cfg), socket=sock,
-             restart_mode="systemd", restart_timeout=1, validate=False)
+             restart_mode="systemd", restart_timeout=1, validate=False,
+             state_dir=os.path.join(os.path.dirname(str(cfg)), "state"))  # not the host's /var/lib/gpuops
     p.update(kw)
     return p
 
