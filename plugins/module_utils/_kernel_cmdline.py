@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Kernel command-line arithmetic and boot-loader configuration rendering.
 
 PRIVATE: may change at any time; not for use outside gpuops.nvidia.
@@ -14,9 +15,29 @@ import re
 
 GRUB_DROPIN = "/etc/default/grub.d/90-gpuops-kernel-cmdline.cfg"
 SYSTEMD_BOOT_CMDLINE = "/etc/kernel/cmdline"
+#: present while a boot-loader regeneration (update-grub, grub-mkconfig, kernel-install) is due: written
+#: before the drop-in or /etc/kernel/cmdline changes, removed only after the tool succeeded
+REGEN_PENDING = "/var/lib/gpuops/kernel_cmdline.regenerate-pending"
 HEADER = "# Managed by gpuops.nvidia.kernel_cmdline -- do not edit.\n"
-ARG_RE = re.compile(r'^[A-Za-z0-9_.\-]+(=("[^"\n]*"|[^\s"\']*))?$')
-GRUB_LINE_RE = re.compile(r'^GRUB_CMDLINE_LINUX_DEFAULT="\$\{GRUB_CMDLINE_LINUX_DEFAULT\}(?: (?P<args>[^"]*))?"\s*$', re.M)
+
+# Kernel parameter syntax (Documentation/admin-guide/kernel-parameters.rst, lib/cmdline.c next_arg()):
+# ``key`` or ``key=value``; double quotes protect spaces in a value.  The kernel has no escapes, so the
+# argument must also survive two interpreters on its way: the shell that sources the GRUB drop-in and
+# GRUB's own script parser, which reads grub.cfg (it expands ``$``, takes ``\`` as an escape, splits on
+# ``;``, globs ``*?[]``, and hands ``'`` to the kernel as ``\'``).  So: a key of letters, digits, ``_``,
+# ``-`` and ``.``; an unquoted value of the characters below; a double-quoted value of any printable
+# ASCII but ``"``, ``$``, backtick, ``\`` and ``'``.
+KEY_CHARS = "A-Za-z0-9_.\\-"
+UNQUOTED_CHARS = "A-Za-z0-9_.,:/=+@!%~^#\\-"
+QUOTED_CHARS = "\\x20\\x21\\x23\\x25\\x26\\x28-\\x5b\\x5d-\\x5f\\x61-\\x7e"
+ARG_RE = re.compile(r'(?P<key>[%s]+)(?:=(?P<value>[%s]*|"[%s]*"))?' % (KEY_CHARS, UNQUOTED_CHARS, QUOTED_CHARS))
+ARG_RULE = ('expected key or key=value (key: letters, digits, "_", "-", "."; a value holds letters, digits and '
+            '_.,:/=+@!%~^#- only, or is double-quoted as a whole, key="a b", and may then also hold spaces and '
+            ';&|<>()[]{}*?; never $, backticks, \\, single quotes, control characters or non-ASCII)')
+# ours: GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT}"' a b'   (the addition single-quoted)
+GRUB_LINE_RE = re.compile(r"""^GRUB_CMDLINE_LINUX_DEFAULT="\$\{GRUB_CMDLINE_LINUX_DEFAULT\}"(?P<quoted>(?:'[^']*'|\\')+)[ \t]*$""", re.M)
+# written by versions before the quoting fix (read so that such a drop-in is recognised and rewritten)
+GRUB_OLD_LINE_RE = re.compile(r'^GRUB_CMDLINE_LINUX_DEFAULT="\$\{GRUB_CMDLINE_LINUX_DEFAULT\}(?: (?P<args>[^"]*))?"\s*$', re.M)
 
 
 class CmdlineError(Exception):
@@ -41,19 +62,68 @@ def split_cmdline(text):
     return out
 
 
+def canonical(token):
+    """The parameter as the kernel's next_arg() sees it: ``key`` or ``key=value`` without the double quotes
+    around the whole parameter (``"key=a b"``, GRUB's form) or around the value (``key="a b"``)."""
+    t = token
+    if t.startswith('"'):
+        t = t[1:]
+        if t.endswith('"'):
+            t = t[:-1]
+    key, eq, value = t.partition("=")
+    if value.startswith('"'):
+        value = value[1:]
+        if value.endswith('"'):
+            value = value[:-1]
+    return key + eq + value
+
+
 def key_of(arg):
-    return arg.split("=", 1)[0]
+    return canonical(arg).split("=", 1)[0]
+
+
+def why_malformed(arg):
+    """None for a valid argument, else the first reason it is not one."""
+    if not isinstance(arg, str):
+        return "not a string"
+    if arg == "":
+        return "empty"
+    if any(ord(c) < 0x20 or ord(c) == 0x7f for c in arg):
+        return "holds a newline or another control character"
+    if any(ord(c) > 0x7e for c in arg):
+        return "holds a non-ASCII character"
+    if arg == "--":
+        return "'--' ends the kernel's parameters (what follows goes to init)"
+    for c, why in (("$", "the shell and GRUB expand $"), ("`", "the shell runs backticks"),
+                   ("\\", "the shell and GRUB take \\ as an escape"),
+                   ("'", "GRUB hands ' to the kernel as \\'")):
+        if c in arg:
+            return why
+    if ARG_RE.fullmatch(arg):
+        return None
+    key, eq, value = arg.partition("=")
+    if not re.fullmatch("[%s]+" % KEY_CHARS, key):
+        return "the key %r is not letters, digits, '_', '-' and '.'" % key
+    if '"' in value:
+        return "a double quote may only enclose the whole value (key=\"a b\")"
+    return "a value with spaces or any of ;&|<>()[]{}*? must be double-quoted (key=\"...\")"
 
 
 def validate_args(args):
-    bad = [a for a in args if not isinstance(a, str) or not ARG_RE.match(a)]
+    bad = [(a, why_malformed(a)) for a in args]
+    bad = [(a, why) for a, why in bad if why]
     if bad:
-        raise CmdlineError("malformed kernel argument(s) %s: expected key or key=value without spaces or single quotes"
-                           % ", ".join(repr(b) for b in bad))
+        raise CmdlineError("malformed kernel argument(s) %s; %s"
+                           % (", ".join("%r (%s)" % (a, why) for a, why in bad), ARG_RULE))
     keys = [key_of(a) for a in args]
     dup = sorted(set(k for k in keys if keys.count(k) > 1))
     if dup:
         raise CmdlineError("kernel argument key(s) given more than once: %s" % ", ".join(dup))
+
+
+def sh_single_quote(text):
+    """``text`` as one shell word that the shell takes literally, whatever it holds."""
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def apply_args(tokens, args, state):
@@ -65,9 +135,9 @@ def apply_args(tokens, args, state):
     for arg in args:
         key = key_of(arg)
         if state == "present":
-            if arg in out:
+            if any(canonical(t) == canonical(arg) for t in out):
                 # drop duplicates of the key with other values
-                out = [t for t in out if key_of(t) != key or t == arg]
+                out = [t for t in out if key_of(t) != key or canonical(t) == canonical(arg)]
                 continue
             idx = next((i for i, t in enumerate(out) if key_of(t) == key), None)
             out = [t for t in out if key_of(t) != key]
@@ -77,17 +147,17 @@ def apply_args(tokens, args, state):
                 out.insert(min(idx, len(out)), arg)
         else:
             if "=" in arg:
-                out = [t for t in out if t != arg]
+                out = [t for t in out if canonical(t) != canonical(arg)]
             else:
                 out = [t for t in out if key_of(t) != key]
     return out
 
 
 def effective(tokens):
-    """``{key: last token}``: the kernel honours the last occurrence of a parameter."""
+    """``{key: last token}`` (canonical form): the kernel honours the last occurrence of a parameter."""
     out = {}
     for t in tokens:
-        out[key_of(t)] = t
+        out[key_of(t)] = canonical(t)
     return out
 
 
@@ -98,10 +168,10 @@ def unmet(running_tokens, args, state):
     for arg in args:
         cur = eff.get(key_of(arg))
         if state == "present":
-            if cur != arg:
+            if cur != canonical(arg):
                 res.append(arg)
         elif "=" in arg:
-            if cur == arg:
+            if cur == canonical(arg):
                 res.append(arg)
         elif cur is not None:
             res.append(arg)
@@ -110,25 +180,49 @@ def unmet(running_tokens, args, state):
 
 # --- Debian/Ubuntu GRUB drop-in ----------------------------------------------------
 
+def _sh_unquote(quoted):
+    """Inverse of :func:`sh_single_quote` for a run of '...' and \\' pieces."""
+    return "".join(p[1:-1] if p.startswith("'") else "'" for p in re.findall(r"'[^']*'|\\'", quoted))
+
+
 def parse_grub_dropin(text):
-    """Arguments held by our drop-in (empty list when absent or foreign)."""
+    """Arguments held by our drop-in (empty list when absent or foreign).
+
+    Raises CmdlineError when the drop-in holds an argument that is not valid kernel parameter syntax
+    (it was edited by hand): nothing is built on it.
+    """
     if not text:
         return []
     m = GRUB_LINE_RE.search(text)
-    return split_cmdline(m.group("args") or "") if m else []
+    if m:
+        args = split_cmdline(_sh_unquote(m.group("quoted")))
+    else:
+        m = GRUB_OLD_LINE_RE.search(text)
+        args = split_cmdline(m.group("args") or "") if m else []
+    bad = [a for a in args if why_malformed(a)]
+    if bad:
+        raise CmdlineError("%s holds malformed kernel argument(s) %s (edited by hand?); fix or remove that file, "
+                           "then rerun" % (GRUB_DROPIN, ", ".join(repr(a) for a in bad)))
+    return args
 
 
 def render_grub_dropin(args):
+    """The drop-in, or None when it must not exist.
+
+    The addition is one single-quoted shell word appended to the value /etc/default/grub set, so the shell
+    that sources the file (grub-mkconfig) takes it literally: nothing in it is expanded or run, whatever
+    it holds.  (Arguments are validated before they get here; the quoting does not depend on it.)
+    """
     if not args:
         return None
     return (HEADER + "# Sourced by grub-mkconfig after /etc/default/grub; run update-grub after changes.\n"
-            'GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT} %s"\n' % " ".join(args))
+            'GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT}"%s\n' % sh_single_quote(" " + " ".join(args)))
 
 
 def overridden(base_tokens, args):
     """Requested arguments that override another value of the same key set in the base config."""
     eff = effective(base_tokens)
-    return [a for a in args if key_of(a) in eff and eff[key_of(a)] != a]
+    return [a for a in args if key_of(a) in eff and eff[key_of(a)] != canonical(a)]
 
 
 def plan_grub(dropin_text, base_tokens, args, state):
@@ -152,7 +246,7 @@ def plan_grub(dropin_text, base_tokens, args, state):
         # the same key in the base config is overridden by ours, which grub-mkconfig appends later
         # (the kernel honours the last occurrence).
         eff = effective(base_tokens)
-        new_ours = apply_args(ours, [a for a in args if eff.get(key_of(a)) != a], "present")
+        new_ours = apply_args(ours, [a for a in args if eff.get(key_of(a)) != canonical(a)], "present")
     return render_grub_dropin(new_ours), base_tokens + new_ours
 
 
@@ -162,6 +256,38 @@ def plan_cmdline_file(text, args, state):
     tokens = split_cmdline(text or "")
     new = apply_args(tokens, args, state)
     return (" ".join(new) + "\n") if new != tokens or text is None else text, new
+
+
+# --- regeneration pending marker ----------------------------------------------------
+
+def mark_pending(path, text):
+    """Write the marker durably (file and directory fsync'd) before the boot-loader input changes."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    _fsync_dir(directory)
+
+
+def clear_pending(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    _fsync_dir(os.path.dirname(path))
+
+
+def _fsync_dir(directory):
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 # --- detection ---------------------------------------------------------------------

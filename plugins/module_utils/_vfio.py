@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Whole-IOMMU-group vfio-pci planning and binding.
 
 PRIVATE: may change at any time; not for use outside gpuops.nvidia.
@@ -36,6 +37,14 @@ STATE_FILE = "/etc/gpuops/vfio-pci.json"
 UDEV_RULES = "/etc/udev/rules.d/40-gpuops-vfio-pci.rules"
 MODULES_LOAD = "/etc/modules-load.d/gpuops-vfio-pci.conf"
 MODPROBE_CONF = "/etc/modprobe.d/gpuops-vfio-pci.conf"
+#: present while an initramfs regeneration is due: written before the modprobe ordering (or, by the
+#: vfio role, the blacklist) changes, removed only after the regeneration succeeded
+INITRAMFS_PENDING = "/var/lib/gpuops/vfio-initramfs.pending"
+#: seconds to wait for the kernel to (re)bind a function after a sysfs write
+WAIT_TIMEOUT = 5.0
+BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+RULE_BDF_RE = re.compile(r'^ACTION=="add", SUBSYSTEM=="pci", KERNEL=="([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])", '
+                         r'ATTR\{driver_override\}="vfio-pci"', re.M)
 HEADER = "# Managed by gpuops.nvidia.vfio_pci -- do not edit.\n"
 #: native drivers that must never win the race against vfio-pci on boot
 SOFTDEP_DRIVERS = ("nvidia", "nouveau", "nvidiafb", "snd_hda_intel", "xhci_pci", "i2c_nvidia_gpu")
@@ -43,6 +52,38 @@ SOFTDEP_DRIVERS = ("nvidia", "nouveau", "nvidiafb", "snd_hda_intel", "xhci_pci",
 
 class VfioError(Exception):
     """Bad input or a host state that makes the request unsafe; nothing was changed."""
+
+
+class BindError(Exception):
+    """A runtime driver change failed; what was done in this run has been rolled back as far as possible.
+
+    ``bdf``: the function whose change failed; ``error``: why; ``restored``: ``{bdf: (driver now, driver
+    before)}`` for every function touched in this run, after the rollback.
+    """
+
+    def __init__(self, bdf, to, error, restored):
+        self.bdf, self.to, self.error, self.restored = bdf, to, error, restored
+        if to != VFIO_DRIVER:
+            now = restored.get(bdf, (None, None))[0]
+            super().__init__("giving %s back to %s failed: %s; it now has %s" % (
+                bdf, to or "the driver the kernel picks", error, ("driver " + now) if now else "no driver"))
+            return
+        lost = {b: was for b, (now, was) in restored.items() if now != was}
+        back = sorted(b for b, (now, was) in restored.items() if now == was)
+        msg = "binding %s to %s failed: %s" % (bdf, to, error)
+        if back:
+            msg += "; rolled back: %s" % ", ".join("%s is back on %s" % (b, restored[b][1] or "no driver (as before)")
+                                                   for b in back)
+        if lost:
+            msg += ("; ROLLBACK FAILED: %s; rebind by hand (echo BDF > /sys/bus/pci/drivers/DRIVER/bind) or reboot"
+                    % ", ".join("%s has %s (was %s)" % (b, ("driver " + restored[b][0]) if restored[b][0] else "no driver",
+                                                        was or "no driver") for b, was in sorted(lost.items())))
+        super().__init__(msg)
+
+    @property
+    def changed(self):
+        """True when a function is left on another driver than before the run."""
+        return any(now != was for now, was in self.restored.values())
 
 
 def iommu_active(root, groups=None):
@@ -137,17 +178,42 @@ def expand_groups(requested, by_bdf, groups, include_group_members):
     return sorted(selected), by_group
 
 
-def load_state(text):
-    """Parse the module's state file (``{"devices": {bdf: {...}}}``)."""
-    if not text:
+def persisted_bdfs(udev_text):
+    """BDFs our udev rule claims for vfio-pci at boot (lines this module wrote; anything else is ignored)."""
+    return sorted(set(RULE_BDF_RE.findall(udev_text or "")))
+
+
+def load_state(text, path=STATE_FILE, udev_text=None):
+    """Parse the module's state file (``{"devices": {bdf: {...}}}``); None (no file) is an empty state.
+
+    Raises VfioError for anything else (not JSON, another shape, an empty file): the file is the record of
+    the functions bound earlier and of their original drivers, and planning over a state read as "nothing
+    bound" would drop their persistence.  Nothing is guessed; the message says how to recover.
+    """
+    if text is None:
         return {"devices": {}}
+    why = None
     try:
         data = json.loads(text)
-    except ValueError:
-        return {"devices": {}}
-    if not isinstance(data, dict) or not isinstance(data.get("devices"), dict):
-        return {"devices": {}}
-    return data
+    except ValueError as exc:
+        why = "not JSON (%s)" % exc
+    else:
+        if not isinstance(data, dict) or not isinstance(data.get("devices"), dict):
+            why = 'not {"devices": {BDF: {...}}}'
+        else:
+            bad = [b for b, d in data["devices"].items() if not BDF_RE.match(str(b)) or not isinstance(d, dict)]
+            if bad:
+                why = "entries that are not BDF: {...}: %s" % ", ".join(repr(b) for b in sorted(bad, key=str))
+    if why is None:
+        return data
+    persisted = persisted_bdfs(udev_text)
+    raise VfioError(
+        "%s is corrupt: %s. It records the functions bound to vfio-pci earlier and their original drivers, so "
+        "nothing was changed. %s To fix it, restore the file from a backup, or remove it and rerun with devices listing "
+        "every function that must stay on vfio-pci (their original drivers are then unknown: state=absent "
+        "gives them to the driver the kernel picks)"
+        % (path, why, ("%s still persists %s." % (UDEV_RULES, ", ".join(persisted))) if persisted
+           else "%s persists no function." % UDEV_RULES))
 
 
 def dump_state(state):
@@ -180,7 +246,7 @@ def render_modprobe(persistent_bdfs):
 
 
 def plan(root, devices, state, include_group_members=False, persistent=True, current_state_text=None,
-         allow_iommu_off=False):
+         allow_iommu_off=False, current_udev_text=None, state_path=STATE_FILE):
     """Compute what must move and which files must hold what.
 
     Returns a dict::
@@ -189,11 +255,14 @@ def plan(root, devices, state, include_group_members=False, persistent=True, cur
          "actions": [{"bdf", "from", "to", "group"}...],   # runtime driver changes
          "state": <new state-file dict>,
          "files": {path: content-or-None}}                # None = file must be absent
+
+    ``current_state_text``: the state file (None when absent); a corrupt one raises VfioError naming
+    ``state_path`` and what ``current_udev_text`` (our udev rule) still persists.
     """
     by_bdf = {d["bdf"]: d for d in read_pci_devices(root)}
     groups = read_iommu_groups(root)
     requested = resolve_requested(devices, by_bdf)
-    old = load_state(current_state_text)
+    old = load_state(current_state_text, state_path, current_udev_text)
     new = {"devices": dict(old["devices"])}
     actions = []
     if state == "present" and allow_iommu_off and not groups:
@@ -254,6 +323,15 @@ def _driver_of(root, bdf):
         return None
 
 
+def _override_of(root, bdf):
+    try:
+        with open(sysfs_path(root, "sys/bus/pci/devices", bdf, "driver_override")) as f:
+            value = f.read().strip()
+    except OSError:
+        return None
+    return None if value in ("", "(null)") else value
+
+
 def bind_vfio(root, bdf, ensure_module):
     """driver_override=vfio-pci, unbind the current driver, probe; verify."""
     dev = sysfs_path(root, "sys/bus/pci/devices", bdf)
@@ -266,6 +344,65 @@ def bind_vfio(root, bdf, ensure_module):
     if _driver_of(root, bdf) != VFIO_DRIVER:
         _write(sysfs_path(root, "sys/bus/pci/drivers_probe"), bdf)
     return _wait_driver(root, bdf, VFIO_DRIVER)
+
+
+def restore_driver(root, bdf, driver, override):
+    """Put a function back on ``driver`` (None: no driver) with ``override`` as its driver_override.
+
+    Best effort, every step tried: returns the driver the function has afterwards.
+    """
+    dev = sysfs_path(root, "sys/bus/pci/devices", bdf)
+    try:
+        _write(os.path.join(dev, "driver_override"), override or "\n")
+    except OSError:
+        pass
+    current = _driver_of(root, bdf)
+    if current == driver:
+        return current
+    if current:
+        try:
+            _write(os.path.join(dev, "driver", "unbind"), bdf)
+        except OSError:
+            return _driver_of(root, bdf)
+    if driver:
+        try:
+            _write(sysfs_path(root, "sys/bus/pci/drivers", driver, "bind"), bdf)
+        except OSError:
+            try:
+                _write(sysfs_path(root, "sys/bus/pci/drivers_probe"), bdf)
+            except OSError:
+                pass
+    return _wait_driver(root, bdf, driver, strict=False)
+
+
+def apply_actions(root, actions, ensure_module):
+    """Perform the plan's runtime driver changes in order.
+
+    Binding to vfio-pci is all or nothing: when one change fails, every function changed in this run
+    (the failing one included) goes back to the driver and driver_override it had, and BindError says
+    what failed and where each function is now.  Giving functions back (state=absent) is not undone; a
+    failure there raises BindError for that function.
+    """
+    done = []
+    for a in actions:
+        before = (a["bdf"], _driver_of(root, a["bdf"]), _override_of(root, a["bdf"]))
+        try:
+            if a["to"] == VFIO_DRIVER:
+                done.append(before)
+                bind_vfio(root, a["bdf"], ensure_module)
+            else:
+                unbind_vfio(root, a["bdf"], a["to"])
+        except (VfioError, OSError) as exc:
+            error = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            if isinstance(exc, OSError) and exc.filename:
+                error = "%s: %s" % (error, exc.filename)
+            restored = {}
+            if a["to"] == VFIO_DRIVER:
+                for bdf, driver, override in reversed(done):
+                    restored[bdf] = (restore_driver(root, bdf, driver, override), driver)
+            else:
+                restored[a["bdf"]] = (_driver_of(root, a["bdf"]), before[1])
+            raise BindError(a["bdf"], a["to"], error, restored)
 
 
 def unbind_vfio(root, bdf, original_driver):
@@ -287,8 +424,8 @@ def unbind_vfio(root, bdf, original_driver):
     return _wait_driver(root, bdf, original_driver, strict=False)
 
 
-def _wait_driver(root, bdf, wanted, strict=True, timeout=5.0):
-    deadline = time.time() + timeout
+def _wait_driver(root, bdf, wanted, strict=True, timeout=None):
+    deadline = time.time() + (WAIT_TIMEOUT if timeout is None else timeout)
     while True:
         got = _driver_of(root, bdf)
         if got == wanted or time.time() > deadline:
@@ -297,6 +434,36 @@ def _wait_driver(root, bdf, wanted, strict=True, timeout=5.0):
     if strict and got != wanted:
         raise VfioError("%s: expected driver %s after binding, found %s" % (bdf, wanted, got or "none"))
     return got
+
+
+def mark_pending(path, text):
+    """Write a marker durably (file and directory fsync'd) before the file it guards changes."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    _fsync_dir(directory)
+
+
+def clear_pending(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    _fsync_dir(os.path.dirname(path))
+
+
+def _fsync_dir(directory):
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def vfio_dev_nodes(root, groups):

@@ -2,6 +2,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -24,6 +25,13 @@ options:
     description:
       - Kernel arguments, V(key) or V(key=value). With O(state=present) an existing value of the same key is replaced.
       - With O(state=absent) a bare V(key) removes the key with any value; V(key=value) removes only that value.
+      - >-
+        Kernel parameter syntax, checked before anything changes: the key is letters, digits and the characters
+        C(_), C(-) and C(.); an unquoted value holds letters, digits and the characters C(_ . , : / = + @ ! % ~ ^ # -);
+        a value with spaces, or with any of the characters C(; & | < > [ ] { } * ?) or parentheses, is
+        double-quoted as a whole, for example V(dyndbg="file a.c +p"). Dollar signs, backticks, backslashes,
+        single quotes, control characters, non-ASCII characters and a bare C(--) are refused: the shell that
+        sources the GRUB drop-in and GRUB's own parser would interpret them, and the kernel has no escapes.
     type: list
     elements: str
     required: true
@@ -38,7 +46,12 @@ options:
     choices: [auto, grub, grubby, systemd-boot]
     default: auto
   update_bootloader:
-    description: Regenerate the boot loader configuration after a change (C(update-grub), C(kernel-install)).
+    description:
+      - Regenerate the boot loader configuration after a change (C(update-grub), C(grub-mkconfig), C(kernel-install)).
+      - A regeneration that fails is retried on every later run, and the module reports a change, until it
+        succeeds, also when the file already holds the arguments. The marker
+        C(/var/lib/gpuops/kernel_cmdline.regenerate-pending) is written before the file changes and removed
+        only after the tool succeeded.
     type: bool
     default: true
   backup:
@@ -59,6 +72,11 @@ attributes:
     details: A second run with the same arguments reports no change.
 notes:
   - Requires root on the target. Python standard library only.
+  - The GRUB drop-in appends the arguments to C(GRUB_CMDLINE_LINUX_DEFAULT) as one single-quoted shell word, so
+    the shell that sources it never expands or runs anything in it. A drop-in written by an earlier version
+    (double-quoted) is read and rewritten once. A drop-in edited by hand to hold a malformed argument is refused.
+  - Arguments with quoted values are compared with C(/proc/cmdline) as the kernel parses them
+    (V(key="a b") and V("key=a b") are the same parameter).
   - The GRUB backend refuses to remove an argument that is set outside its drop-in (it says which file to edit).
     An argument whose key has another value in C(/etc/default/grub) (say V(intel_iommu=off)) is overridden;
     the drop-in's value comes later on the command line, and the kernel honours the last occurrence.
@@ -109,6 +127,11 @@ path:
   description: File that holds the managed arguments (GRUB drop-in or /etc/kernel/cmdline).
   returned: when the backend uses a file
   type: str
+regenerated:
+  description: Whether the boot loader configuration was regenerated in this run (after a change, or to retry
+    a regeneration that failed in an earlier run).
+  returned: always
+  type: bool
 backup_file:
   description: Backup taken when O(backup=true) and the file changed.
   returned: when a backup was taken
@@ -124,10 +147,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import ensure_file, read_text, remove_file
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kernel_cmdline import (
     GRUB_DROPIN,
+    REGEN_PENDING,
     SYSTEMD_BOOT_CMDLINE,
     CmdlineError,
     apply_args,
+    clear_pending,
     detect_bootloader,
+    mark_pending,
     overridden,
     plan_cmdline_file,
     plan_grub,
@@ -156,11 +182,68 @@ def argument_spec():
     )
 
 
-def _run(module, cmd):
+def _run(module, cmd, pending=False):
     rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
     if rc != 0:
-        module.fail_json(msg="%s failed (rc=%d): %s" % (" ".join(cmd), rc, (err or out).strip()))
+        msg = "%s failed (rc=%d): %s" % (" ".join(cmd), rc, (err or out).strip())
+        if pending:
+            msg += ("; the boot loader configuration is stale: the regeneration is retried on the next run "
+                    "(pending while %s exists)" % REGEN_PENDING)
+        module.fail_json(msg=msg)
     return out
+
+
+def _kernel_image(kver):
+    images = [p for p in ("/lib/modules/%s/vmlinuz" % kver, "/boot/vmlinuz-%s" % kver) if os.path.exists(p)]
+    images += glob.glob("/usr/lib/modules/%s/vmlinuz" % kver)
+    return images[0] if images else None
+
+
+def _regenerate(module, bootloader):
+    """Run the boot loader's configuration tool; fails the module (the pending marker stays) on error."""
+    if bootloader == "grub":
+        tool = module.get_bin_path("update-grub")
+        if tool:
+            _run(module, [tool], pending=True)
+        else:
+            mk = module.get_bin_path("grub-mkconfig") or module.get_bin_path("grub2-mkconfig", required=True)
+            cfg = "/boot/grub2/grub.cfg" if os.path.exists("/boot/grub2") else "/boot/grub/grub.cfg"
+            _run(module, [mk, "-o", cfg], pending=True)
+    else:
+        ki = module.get_bin_path("kernel-install", required=True)
+        kver = os.uname()[2]
+        image = _kernel_image(kver)
+        if not image:
+            module.fail_json(msg="no kernel image for %s to pass to kernel-install; the regeneration is retried on "
+                                 "the next run (pending while %s exists)" % (kver, REGEN_PENDING))
+        _run(module, [ki, "add", kver, image], pending=True)
+
+
+def _apply_file(module, path, new_text, bootloader):
+    """Make ``path`` hold ``new_text`` (None: absent) and regenerate the boot loader configuration.
+
+    A regeneration that failed in an earlier run is retried even though the file already matches: the
+    REGEN_PENDING marker is written before the file changes and removed only after the tool succeeded.
+    """
+    regen = module.params["update_bootloader"]
+    pending = os.path.exists(REGEN_PENDING)
+    if regen and not module.check_mode and read_text(path) != new_text:
+        mark_pending(REGEN_PENDING, "bootloader=%s\nfile=%s\n" % (bootloader, path))
+    if new_text is None:
+        r = remove_file(module, path, backup=module.params["backup"])
+    else:
+        r = ensure_file(module, path, new_text, mode=0o644, backup=module.params["backup"])
+    r["regenerated"] = False
+    if regen and (r["changed"] or pending):
+        r["changed"] = True
+        if not module.check_mode:
+            _regenerate(module, bootloader)
+            clear_pending(REGEN_PENDING)
+            r["regenerated"] = True
+    elif pending:
+        module.warn("a boot loader regeneration failed in an earlier run and update_bootloader is false: "
+                    "run it yourself, then remove %s" % REGEN_PENDING)
+    return r
 
 
 def do_grub(module, args, state):
@@ -169,19 +252,7 @@ def do_grub(module, args, state):
         for arg in overridden(base, args):
             module.warn("%s overrides another value of the same key in /etc/default/grub (the later one wins)" % arg)
     new_text, configured = plan_grub(read_text(GRUB_DROPIN), base, args, state)
-    if new_text is None:
-        r = remove_file(module, GRUB_DROPIN, backup=module.params["backup"])
-    else:
-        r = ensure_file(module, GRUB_DROPIN, new_text, mode=0o644, backup=module.params["backup"])
-    if r["changed"] and not module.check_mode and module.params["update_bootloader"]:
-        tool = module.get_bin_path("update-grub")
-        if tool:
-            _run(module, [tool])
-        else:
-            mk = module.get_bin_path("grub-mkconfig") or module.get_bin_path("grub2-mkconfig", required=True)
-            cfg = "/boot/grub2/grub.cfg" if os.path.exists("/boot/grub2") else "/boot/grub/grub.cfg"
-            _run(module, [mk, "-o", cfg])
-    return r, configured
+    return _apply_file(module, GRUB_DROPIN, new_text, "grub"), configured
 
 
 def do_grubby(module, args, state):
@@ -208,16 +279,7 @@ def do_systemd_boot(module, args, state):
         text = read_text("/proc/cmdline") or ""
         text = " ".join(t for t in split_cmdline(text) if not t.startswith(("BOOT_IMAGE=", "initrd="))) + "\n"
     new_text, configured = plan_cmdline_file(text, args, state)
-    r = ensure_file(module, SYSTEMD_BOOT_CMDLINE, new_text, mode=0o644, backup=module.params["backup"])
-    if r["changed"] and not module.check_mode and module.params["update_bootloader"]:
-        ki = module.get_bin_path("kernel-install", required=True)
-        kver = os.uname()[2]
-        images = [p for p in ("/lib/modules/%s/vmlinuz" % kver, "/boot/vmlinuz-%s" % kver) if os.path.exists(p)]
-        images += glob.glob("/usr/lib/modules/%s/vmlinuz" % kver)
-        if not images:
-            module.fail_json(msg="no kernel image for %s to pass to kernel-install" % kver)
-        _run(module, [ki, "add", kver, images[0]])
-    return r, configured
+    return _apply_file(module, SYSTEMD_BOOT_CMDLINE, new_text, "systemd-boot"), configured
 
 
 def run(module):
@@ -240,7 +302,7 @@ def run(module):
     running = split_cmdline(read_text("/proc/cmdline") or "")
     pending = unmet(running, p["args"], p["state"])
     result = dict(changed=r["changed"], bootloader=bootloader, configured=configured, running=running,
-                  unmet=pending, reboot_required=bool(pending))
+                  unmet=pending, reboot_required=bool(pending), regenerated=r.get("regenerated", False))
     if r.get("path"):
         result["path"] = r["path"]
     if r.get("backup_file"):

@@ -2,6 +2,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -20,8 +21,15 @@ description:
     C(driver_override) before any native driver loads), so only some of several identical GPUs can be passed
     through, which C(vfio-pci.ids) cannot do. vfio modules are loaded at boot, C(vfio-pci) is ordered before
     C(nvidia)/C(nouveau) with C(softdep), and the initramfs is updated when that ordering changes.
-  - Refuses, before changing anything, malformed or absent devices, the boot VGA device, foreign group members
-    and hosts whose IOMMU is off.
+  - Refuses, before changing anything, malformed or absent devices, the boot VGA device, foreign group members,
+    hosts whose IOMMU is off, and a corrupt state file (C(/etc/gpuops/vfio-pci.json), which records the functions
+    bound earlier and their original drivers). The state is not rebuilt from the udev rule, which does not hold
+    the original drivers; the message names the file, the functions the udev rule still persists, and how to
+    recover (restore the file, or remove it and rerun listing every function that must stay on vfio-pci).
+  - Binding a group is all or nothing. When a sysfs write or the probe fails, every function moved in the run goes
+    back to the driver and C(driver_override) it had, no persistence file is written, and the module fails with
+    a message naming the function and the error. If even the original driver refuses a function, the message
+    says which one has no driver, and the result has C(changed=true).
 author:
   - gpuops.nvidia contributors (@gpuops)
 options:
@@ -55,9 +63,19 @@ options:
     type: bool
     default: false
   update_initramfs:
-    description: Run C(update-initramfs -u) (or C(dracut -f)) when the modprobe ordering file changed.
+    description:
+      - Run C(update-initramfs -u) (or C(dracut -f)) when the modprobe ordering file changed.
+      - A regeneration that fails is retried on every later run, reporting a change, until it succeeds, also when
+        the ordering file already matches (see O(initramfs_marker)).
     type: bool
     default: true
+  initramfs_marker:
+    description:
+      - Marker file that records a pending initramfs regeneration. It is written before the modprobe ordering
+        file changes and removed only after a regeneration succeeded, here or, with O(update_initramfs=false), by
+        the caller (the C(gpuops.nvidia.vfio) role regenerates once for its blacklist and this ordering).
+    type: path
+    default: /var/lib/gpuops/vfio-initramfs.pending
   root:
     description: Filesystem root where sysfs is read. For tests only.
     type: path
@@ -128,6 +146,11 @@ initramfs_updated:
   description: Whether the initramfs was regenerated.
   returned: always
   type: bool
+initramfs_pending:
+  description: Whether an initramfs regeneration is still due after the run (O(initramfs_marker) exists; in check
+    mode, also when the ordering file would change).
+  returned: always
+  type: bool
 deferred:
   description: True when O(allow_iommu_off=true) and the IOMMU is off, so nothing was planned beyond validation.
   returned: always
@@ -145,13 +168,17 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import ensure_file, read_text, remove_file
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import read_pci_devices, sysfs_path
 from ansible_collections.gpuops.nvidia.plugins.module_utils._vfio import (
+    INITRAMFS_PENDING,
     MODPROBE_CONF,
     STATE_FILE,
+    UDEV_RULES,
+    BindError,
     VfioError,
-    bind_vfio,
+    apply_actions,
+    clear_pending,
     iommu_active,
+    mark_pending,
     plan,
-    unbind_vfio,
     vfio_dev_nodes,
 )
 
@@ -164,12 +191,18 @@ def argument_spec():
         include_group_members=dict(type="bool", default=False),
         allow_iommu_off=dict(type="bool", default=False),
         update_initramfs=dict(type="bool", default=True),
+        initramfs_marker=dict(type="path", default=INITRAMFS_PENDING),
         root=dict(type="path", default="/"),
     )
 
 
 def _target_path(root, path):
     return path if root in ("/", "") else sysfs_path(root, path)
+
+
+def _on_host(root):
+    """Tools that change the host (the initramfs) run only when the module works on the real root."""
+    return root in ("/", "")
 
 
 def _update_initramfs(module):
@@ -184,7 +217,9 @@ def _update_initramfs(module):
         cmd = [tool, "-f"]
     rc, out, err = module.run_command(cmd, environ_update={"LC_ALL": "C"})
     if rc != 0:
-        module.fail_json(msg="%s failed (rc=%d): %s" % (" ".join(cmd), rc, err or out))
+        module.fail_json(msg="%s failed (rc=%d): %s; the initramfs is stale: the regeneration is retried on the "
+                             "next run (pending while %s exists)"
+                             % (" ".join(cmd), rc, (err or out).strip(), module.params["initramfs_marker"]))
     return True
 
 
@@ -195,8 +230,13 @@ def run(module):
         module.fail_json(msg="devices must name at least one device")
     state_path = _target_path(root, STATE_FILE)
     try:
-        pl = plan(root, p["devices"], p["state"], p["include_group_members"], p["persistent"], read_text(state_path),
-                  allow_iommu_off=p["allow_iommu_off"])
+        state_text = read_text(state_path)
+        udev_text = read_text(_target_path(root, UDEV_RULES))
+    except (OSError, UnicodeDecodeError) as exc:
+        module.fail_json(msg="cannot read %s or %s: %s; nothing was changed" % (state_path, UDEV_RULES, exc))
+    try:
+        pl = plan(root, p["devices"], p["state"], p["include_group_members"], p["persistent"], state_text,
+                  allow_iommu_off=p["allow_iommu_off"], current_udev_text=udev_text, state_path=state_path)
     except VfioError as exc:
         module.fail_json(msg=str(exc))
 
@@ -206,20 +246,27 @@ def run(module):
         after = "".join("%s: %s\n" % (a["bdf"], a["to"] or "(default driver)") for a in pl["actions"])
         diffs.append({"before": before, "after": after, "before_header": "drivers", "after_header": "drivers"})
 
-    # runtime first: a failed bind leaves the persistence files as they were.
+    # runtime first: a failed bind leaves the persistence files as they were, and every function moved in
+    # this run goes back to the driver it had (apply_actions); the failure is reported, never swallowed.
     if not module.check_mode:
         def ensure_module(name):
             rc, out, err = module.run_command([module.get_bin_path("modprobe", required=True), name])
             if rc != 0:
                 raise VfioError("modprobe %s failed: %s" % (name, err or out))
         try:
-            for a in pl["actions"]:
-                if a["to"] == "vfio-pci":
-                    bind_vfio(root, a["bdf"], ensure_module)
-                else:
-                    unbind_vfio(root, a["bdf"], a["to"])
-        except (VfioError, OSError) as exc:
-            module.fail_json(msg="binding failed: %s" % exc, actions=pl["actions"])
+            apply_actions(root, pl["actions"], ensure_module)
+        except BindError as exc:
+            module.fail_json(msg=str(exc), changed=exc.changed, actions=pl["actions"],
+                             devices=[{"bdf": b, "driver": now, "driver_before": was}
+                                      for b, (now, was) in sorted(exc.restored.items())])
+
+    # the initramfs marker goes down before the modprobe ordering file changes, and stays until a
+    # regeneration succeeded (here, or in the vfio role when update_initramfs=false)
+    marker = _target_path(root, p["initramfs_marker"])
+    modprobe_target = _target_path(root, MODPROBE_CONF)
+    if (not module.check_mode and MODPROBE_CONF in pl["files"]
+            and read_text(modprobe_target) != pl["files"][MODPROBE_CONF]):
+        mark_pending(marker, "%s changed\n" % MODPROBE_CONF)
 
     files, modprobe_changed = {}, False
     for path, content in pl["files"].items():
@@ -234,18 +281,25 @@ def run(module):
         if path == MODPROBE_CONF and r["changed"]:
             modprobe_changed = True
 
+    pending = os.path.exists(marker) or (module.check_mode and modprobe_changed)
     initramfs = False
-    if modprobe_changed and p["update_initramfs"] and not module.check_mode and root in ("/", ""):
-        initramfs = _update_initramfs(module)
+    if pending and p["update_initramfs"] and _on_host(root):
+        if not module.check_mode:
+            initramfs = _update_initramfs(module)
+            if initramfs:
+                clear_pending(marker)
+                pending = False
 
     after = {d["bdf"]: d for d in read_pci_devices(root)}
     devices = [{"bdf": b, "iommu_group": after[b]["iommu_group"], "driver": after[b]["driver"],
                 "driver_override": after[b]["driver_override"], "pci_id": after[b]["pci_id"]}
                for b in pl["selected"] if b in after]
-    changed = bool(pl["actions"]) or any(files.values())
+    changed = bool(pl["actions"]) or any(files.values()) or initramfs or (
+        module.check_mode and pending and p["update_initramfs"] and _on_host(root))
     result = dict(changed=changed, devices=devices, groups=pl["groups"], actions=pl["actions"], files=files,
                   vfio_devices=vfio_dev_nodes(root, pl["groups"]) if p["state"] == "present" else {},
-                  initramfs_updated=initramfs, deferred=pl["deferred"], iommu_active=iommu_active(root))
+                  initramfs_updated=initramfs, initramfs_pending=pending, deferred=pl["deferred"],
+                  iommu_active=iommu_active(root))
     if module._diff:
         result["diff"] = diffs
     module.exit_json(**result)

@@ -44,7 +44,8 @@ def test_validate_rejects_duplicate_keys():
 
 def test_grub_dropin_roundtrip_and_idempotence():
     text, configured = k.plan_grub(None, ["console=ttyS0,115200"], ["intel_iommu=on", "iommu=pt"], "present")
-    assert text.endswith('GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT} intel_iommu=on iommu=pt"\n')
+    # the addition is one single-quoted shell word (issue 15, defect 4)
+    assert text.endswith('GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT}"\' intel_iommu=on iommu=pt\'\n')
     assert configured == ["console=ttyS0,115200", "intel_iommu=on", "iommu=pt"]
     assert k.parse_grub_dropin(text) == ["intel_iommu=on", "iommu=pt"]
     again, _cfg = k.plan_grub(text, ["console=ttyS0,115200"], ["intel_iommu=on", "iommu=pt"], "present")
@@ -97,3 +98,104 @@ def test_detect(tmp_path):
     tools["grubby"] = "/usr/sbin/grubby"
     assert k.detect_bootloader(str(tmp_path), tools.get) == "grubby"
     assert k.detect_bootloader(str(tmp_path / "nothing"), {}.get) is None
+
+
+# --- issue 15, defect 4: nothing given as an argument is ever run by the shell that sources the drop-in ----
+
+import os  # noqa: E402
+import subprocess  # noqa: E402
+
+HOSTILE = [
+    "x=$(touch PWNED)",                 # space outside quotes, and command substitution
+    "x=$(touch${IFS}PWNED)",            # command substitution without a space
+    "x=`touch PWNED`",                  # backticks
+    'x="$(touch PWNED)"',               # command substitution inside a double-quoted value
+    'x="`touch PWNED`"',
+    "x=${HOME}",                        # parameter expansion (GRUB expands $ too)
+    "iommu=pt\n",                       # a trailing newline ($ in a regex matches before it)
+    "iommu=pt\ntouch PWNED",            # newline injection
+    'x="a\nb"',                         # newline inside quotes
+    "x=a;touch PWNED",
+    "x=a|b", "x=a&b", "x=<a", "x=a>b", "x=(a)",
+    "x=a\\b", 'x="a\\"b"',              # backslashes
+    "x='a'", "x=\"a'b\"",               # single quotes
+    "x=a\tb", "x=\x01", "x=\x7f",       # control characters
+    'x=a"b c"', '"x=a b"', 'x="a b', 'x="a"b"',  # quotes anywhere but around the whole value
+    "x=a b",                            # space outside quotes
+    "--",                               # ends the kernel's parameters
+    "ké=1", "x=é",                      # not ASCII
+]
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_validate_refuses_shell_and_grub_syntax(bad):
+    with pytest.raises(k.CmdlineError, match="malformed") as exc:
+        k.validate_args([bad])
+    assert repr(bad) in str(exc.value)
+
+
+@pytest.mark.parametrize("good", [
+    "intel_iommu=on", "iommu=pt", "quiet", "vfio-pci.ids=10de:2335,10de:22ba", "console=ttyS0,115200n8",
+    "root=UUID=0b7e-11", "crashkernel=1G-4G:192M,4G-64G:256M", "video=HDMI-A-1:1920x1080@60", "acpi_osi=!Windows",
+    "memmap=64K#0x1000", "console=", 'x=""', 'dyndbg="file a.c +p"',
+    'nvidia.NVreg_RegistryDwords="PerfLevelSrc=0x2222;PowerMizerEnable=0x1"', 'acpi_osi="!Windows 2012"',
+])
+def test_validate_accepts_kernel_syntax(good):
+    k.validate_args([good])
+
+
+def source_dropin(tmp_path, text, default="quiet splash"):
+    """Source ``text`` with /bin/sh as grub-mkconfig does; return GRUB_CMDLINE_LINUX_DEFAULT afterwards."""
+    path = tmp_path / "90-gpuops-kernel-cmdline.cfg"
+    path.write_text(text)
+    script = 'GRUB_CMDLINE_LINUX_DEFAULT="$2"; . "$1" || exit 97; printf "%s" "$GRUB_CMDLINE_LINUX_DEFAULT"'
+    res = subprocess.run(["/bin/sh", "-c", script, "sh", str(path), default], cwd=str(tmp_path),
+                         capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                                                              "HOME": str(tmp_path)})
+    assert res.returncode == 0 and res.stderr == "", res
+    return res.stdout
+
+
+def test_sourced_dropin_holds_quoted_values_verbatim(tmp_path):
+    args = ["intel_iommu=on", 'dyndbg="file a.c +p"', 'nvidia.NVreg_RegistryDwords="A=1;B=2"', 'x=""']
+    k.validate_args(args)
+    text, configured = k.plan_grub(None, ["quiet", "splash"], args, "present")
+    assert source_dropin(tmp_path, text) == 'quiet splash ' + " ".join(args)
+    assert k.parse_grub_dropin(text) == args
+    assert configured == ["quiet", "splash"] + args
+    again, _cfg = k.plan_grub(text, ["quiet", "splash"], args, "present")
+    assert again == text
+
+
+@pytest.mark.parametrize("hostile", [
+    ["x=$(touch PWNED)"], ["x=`touch PWNED`"], ['x="$(touch PWNED)"'], ["x='; touch PWNED; '"],
+    ["x=\"'\"; touch PWNED; \"'\""], ["x=a\ntouch PWNED"], ['x=a"; touch PWNED; "'], ["x=${IFS}$(touch PWNED)\\"],
+])
+def test_rendered_dropin_never_runs_what_it_holds(tmp_path, hostile):
+    """Even tokens that bypass validation are data, never code, to the shell that sources the file."""
+    text = k.render_grub_dropin(hostile)
+    assert source_dropin(tmp_path, text) == "quiet splash " + " ".join(hostile)
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_old_format_dropin_is_read_and_rewritten():
+    old = (k.HEADER + "# Sourced by grub-mkconfig after /etc/default/grub; run update-grub after changes.\n"
+           'GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT} intel_iommu=on iommu=pt"\n')
+    assert k.parse_grub_dropin(old) == ["intel_iommu=on", "iommu=pt"]
+    new, configured = k.plan_grub(old, [], ["intel_iommu=on", "iommu=pt"], "present")
+    assert new != old and k.parse_grub_dropin(new) == ["intel_iommu=on", "iommu=pt"]
+
+
+def test_foreign_token_in_our_dropin_is_refused():
+    forged = k.render_grub_dropin(["intel_iommu=on", "x=$(id)"])
+    with pytest.raises(k.CmdlineError, match=r"malformed.*x=\$\(id\)"):
+        k.plan_grub(forged, [], ["iommu=pt"], "present")
+
+
+def test_quoted_value_is_met_as_the_kernel_reports_it():
+    """GRUB hands a value with spaces to the kernel as "key=a b" (whole parameter quoted); the kernel's
+    next_arg() strips either form of quoting, so both are the same parameter."""
+    running = ["BOOT_IMAGE=/vmlinuz", '"dyndbg=file a.c +p"']
+    assert k.unmet(running, ['dyndbg="file a.c +p"'], "present") == []
+    assert k.unmet(['dyndbg="file a.c +p"'], ['dyndbg="file b.c +p"'], "present") == ['dyndbg="file b.c +p"']
+    assert k.unmet(running, ["dyndbg"], "absent") == ["dyndbg"]

@@ -186,3 +186,27 @@ def test_iommu_off_deferred_validation(tmp_path):
         v.plan(root, ["0000:00:01.0"], "present", allow_iommu_off=True)
     with pytest.raises(v.VfioError, match="malformed"):
         v.plan(root, ["0000:00:05"], "present", allow_iommu_off=True)
+
+
+# --- issue 15, defect 8: a corrupt state file is refused, never read as "nothing bound" -------------
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"devices": []}', '{"devices": {"0000:42:00.0": 1}}',
+                                  '{"devices": {"42:00.0": {}}}', '{"devices": {}, "x": ', "", "  \n"])
+def test_corrupt_state_refused_with_what_the_rules_still_persist(nv, text):
+    rules = v.render_udev_rules(["0000:42:00.0"])
+    with pytest.raises(v.VfioError) as exc:
+        v.plan(nv, ["0000:41:00.0"], "present", current_state_text=text, current_udev_text=rules,
+               state_path="/etc/gpuops/vfio-pci.json")
+    msg = str(exc.value)
+    assert msg.startswith("/etc/gpuops/vfio-pci.json") and "0000:42:00.0" in msg
+    assert v.UDEV_RULES in msg and "restore" in msg
+
+
+def test_missing_state_is_an_empty_state(nv):
+    p = v.plan(nv, ["0000:41:00.0"], "present", current_state_text=None)
+    assert list(json.loads(p["files"][v.STATE_FILE])["devices"]) == ["0000:41:00.0"]
+
+
+def test_rules_parse_back(nv):
+    assert v.persisted_bdfs(v.render_udev_rules(["0000:42:00.0", "0000:41:00.0"])) == ["0000:41:00.0", "0000:42:00.0"]
+    assert v.persisted_bdfs(None) == [] and v.persisted_bdfs("garbage\n") == []

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
+from conftest import module_context
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "vfio"))
 
@@ -14,7 +15,7 @@ from ansible_collections.gpuops.nvidia.plugins.modules import vfio_pci  # noqa: 
 
 
 def run_module(capsys, args):
-    with patch_module_args(args):
+    with module_context(), patch_module_args(args):
         with pytest.raises(SystemExit):
             vfio_pci.main()
     return json.loads(capsys.readouterr().out)
