@@ -19,7 +19,7 @@ LANE=$GPU_LANE_DIR
 RESULTS=${RESULTS:-${OUT:-$REPO/gpu-lane-results}}
 RES=$LANE/results
 INV=tests/lab/h200/hosts.yml
-STEP_TIMEOUT=${STEP_TIMEOUT:-120}
+STEP_TIMEOUT=${STEP_TIMEOUT:-90}
 mkdir -p "$LANE"/{bin,logs,run,dp,pods} "$RES" "$RESULTS"
 LOG=$RES/lane.log
 exec > >(tee -a "$LOG") 2>&1
@@ -50,6 +50,7 @@ xz -dc "$BUNDLE/bin.tar.xz" | tar -C "$LANE/bin" -xf - || exit 1
 for b in containerd ctr containerd-shim-runc-v2 runc kubelet; do install -m 0755 "$LANE/bin/$b" /usr/local/bin/$b; done
 install -m 0755 tests/lab/gpu/node/containerd.sh "$LANE/containerd.sh"
 cat "$BUNDLE/versions.txt"
+{ uname -a; cat /etc/os-release; nvidia-smi; ls -la /usr/local/nvidia/bin /usr/local/nvidia/lib64 | head -60; ldconfig -p | grep -E 'libcuda|libnvidia-ml'; } >"$RES/node-info.txt" 2>&1
 command -v xz >/dev/null || echo "note: no xz on the node"
 
 SETTINGS_Q=uuid,name,pci.bus_id,driver_version,mig.mode.current,mig.mode.pending,compute_mode,persistence_mode,ecc.mode.current,power.limit,clocks.applications.graphics,clocks.applications.memory
@@ -60,7 +61,7 @@ say "GPU $UUID: $(cat "$RES/gpu-settings-before.csv")"
 ap() {  # ap <logname> <playbook> [args...]: ansible-playbook against the node's inventory
     local name=$1; shift
     local t; t=$(date +%s%3N)
-    "$PY" "$LANE/site/bin/ansible-playbook" -i "$INV" "$@" >"$RES/$name.log" 2>&1
+    timeout 240 "$PY" "$LANE/site/bin/ansible-playbook" -i "$INV" "$@" >"$RES/$name.log" 2>&1
     local rc=$?
     printf '%s\t%s\t%s ms\n' "$name" "$rc" "$(($(date +%s%3N) - t))" >>"$RES/playbook-times.tsv"
     return $rc
@@ -148,6 +149,7 @@ check kubelet-capacity-1 $rc "kubelet's registered nvidia.com/gpu devices: $(cat
 pod_make gpu-check 0 >/etc/kubernetes/manifests/gpu-check.yaml
 wait_pods_done gpu-check; rc=$?
 pod_log gpu-check >"$RES/pod-gpu-check.log"
+kubelet_pods >"$RES/kubelet-pods-default.json"
 cat "$RES/pod-gpu-check.log"
 [[ $rc == 0 ]] && grep -q "$FACTS_UUID" "$RES/pod-gpu-check.log" && grep -q ' 0 mismatches' "$RES/pod-gpu-check.log"
 check pod-gets-gpu $? "static pod requesting nvidia.com/gpu: 1 ran vectorAdd (0 mismatches) and nvidia-smi -L shows $FACTS_UUID"
@@ -161,6 +163,7 @@ check kubelet-capacity-4 $rc "kubelet's registered nvidia.com/gpu devices with t
 for i in 0 1 2 3; do pod_make "ts-$i" 20 >"/etc/kubernetes/manifests/ts-$i.yaml"; done
 wait_pods_done ts-0 ts-1 ts-2 ts-3; rc=$?
 for i in 0 1 2 3; do pod_log "ts-$i" >"$RES/pod-ts-$i.log"; done
+kubelet_pods >"$RES/kubelet-pods-timeslice4.json"
 head -50 "$RES"/pod-ts-*.log
 "$PY" - "$RES" "$FACTS_UUID" <<'EOF'
 import glob, json, re, sys

@@ -116,6 +116,20 @@ spec:
 EOF
 }
 
+kubelet_pods() {  # kubelet's own view of its pods (read-only port): phase, reasons, container states
+    "$PY" - <<'EOF'
+import json, urllib.request
+try:
+    d = json.load(urllib.request.urlopen("http://127.0.0.1:10255/pods", timeout=5))
+except Exception as e:  # noqa: BLE001 - diagnostics only
+    print(json.dumps({"error": str(e)})); raise SystemExit(0)
+out = [{"name": p["metadata"]["name"], "phase": p.get("status", {}).get("phase"),
+        "reason": p.get("status", {}).get("reason"), "message": p.get("status", {}).get("message"),
+        "containers": p.get("status", {}).get("containerStatuses")} for p in d.get("items", [])]
+print(json.dumps(out, indent=1))
+EOF
+}
+
 pod_log() { cat /var/log/pods/default_"$1"-${NODE}_*/cuda/*.log 2>/dev/null | cut -d' ' -f4-; }
 
 wait_pods_done() {  # wait_pods_done <pod>...: each pod's log says DONE
