@@ -165,6 +165,12 @@ pack() {
     local v=${NVIDIA_CTK_VERSION#v}
     tar -C "$t/toolkit" --owner=0 --group=0 --sort=name --mtime=@0 -cf - usr | xz -T1 -9e --lzma2=preset=9e,dict=64MiB >"$BUNDLE/nvidia-container-toolkit_${v}_linux_amd64.tar.xz"
     (cd "$BUNDLE" && sha256sum nvidia-container-toolkit_*.tar.xz >SHA256SUMS)
+    # the controller there is the node itself: site.yml's cluster play needs kubernetes.core
+    # (the version pinned for the controller here, from the `ansible` package in .venv)
+    local kc; kc=$("$ROOT/.venv/bin/python" -c 'import ansible_collections.kubernetes.core as k, os; print(os.path.dirname(k.__file__))' 2>/dev/null ||
+        ls -d "$ROOT"/.venv/lib/python3*/site-packages/ansible_collections/kubernetes/core | head -1)
+    rm -rf "$BUNDLE/collections"; mkdir -p "$BUNDLE/collections/ansible_collections/kubernetes"
+    cp -r "$kc" "$BUNDLE/collections/ansible_collections/kubernetes/core"
     {
         echo "containerd=$CONTAINERD_VERSION"
         echo "runc=$(runc --version | head -1 | awk '{print $3}')"
