@@ -1,5 +1,6 @@
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Controller-side filters that turn inventory into the cluster plan.
 
 Why filters and not a module: the plan is a pure function of inventory data and of what
@@ -10,52 +11,113 @@ problems, so a play fails before it applies anything.
 """
 from __future__ import annotations
 
-DOCUMENTATION = r"""
-name: k8s_node_plan
-short_description: Labels and taints per Kubernetes node, as the GPU Operator sets them
-version_added: 0.1.0
-description:
-  - Validates every node's workload kind, MIG and device plugin config names, then returns
-    the NFD/GFD labels, C(nvidia.com/gpu.workload.config), C(nvidia.com/gpu.deploy.*) labels
-    and taints that the C(node_labels) role applies with server-side apply.
-  - Companion filters in the same file are C(k8s_node_inputs), C(k8s_node_current),
-    C(k8s_node_objects), C(k8s_placement), C(k8s_device_plugin_data), C(k8s_mig_config_names),
-    C(k8s_deploy_components), C(k8s_vgpu_config_names), C(k8s_image), C(k8s_name_refs), C(k8s_node_label_objects),
-    C(k8s_ready_pod_nodes), C(k8s_validation_jobs), C(k8s_job_outcomes), C(k8s_gpu_allocatable_split) and
-    C(k8s_named_objects).
-positional: current, options
-options:
-  _input:
-    description: Node inputs (see C(k8s_node_inputs)).
-    type: list
-    elements: dict
-    required: true
-  current:
-    description: Current node labels and taints by node name (see C(k8s_node_current)); null skips the existence check.
-    type: dict
-  options:
-    description: default_workload, sandbox_mode, taint_gpu_nodes, taint, mig_strategy, device_plugin_configs, state.
-    type: dict
-"""
+# Documentation: one file per filter (k8s_*.yml beside this file), as ansible-doc reads a
+# multi-filter file's docs from <filter name>.yml beside it.
 
-EXAMPLES = r"""
-- name: Plan labels for every node of the inventory
-  ansible.builtin.set_fact:
-    plan: "{{ groups['k8s_nodes'] | gpuops.nvidia.k8s_node_inputs(hostvars) | gpuops.nvidia.k8s_node_plan(current, {}) }}"
-"""
+import functools
+import re
+from collections.abc import Mapping
 
-RETURN = r"""
-_value:
-  description: C(nodes) (name, labels, taints, workload, gpu, components) and C(missing) (inventory nodes the cluster lacks).
-  type: dict
-"""
-
-from ansible.errors import AnsibleFilterError, AnsibleUndefinedVariable
+from ansible.errors import AnsibleError, AnsibleFilterError, AnsibleUndefinedVariable
 from ansible_collections.gpuops.nvidia.plugins.module_utils import (
     _k8s_device_plugin as dp,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_jobs as kj
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels as kl
+
+
+# -- input checks: wrong types end in AnsibleFilterError naming the filter and the value ----------------
+
+class _Refused(ValueError):
+    pass
+
+
+def _refusing(fn):
+    """Bad input ends in AnsibleFilterError with the filter's name and what was wrong, never in a Python
+    traceback; anything the explicit checks missed is reported as malformed input."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except AnsibleError:
+            raise
+        except (_Refused, kl.PlanError, dp.ConfigError, kj.JobsInputError) as e:
+            raise AnsibleFilterError("%s: %s" % (fn.__name__, e)) from e
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+            # the cause's text is appended by AnsibleError: "<filter>: malformed input (KeyError): 'x'"
+            raise AnsibleFilterError("%s: malformed input (%s)" % (fn.__name__, type(e).__name__)) from e
+    return wrapper
+
+
+def _kind(value):
+    return "null" if value is None else type(value).__name__
+
+
+def _short(value, limit=120):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _mapping(value, what, optional=True):
+    if value is None and optional:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _Refused("%s must be a mapping, got %s %s" % (what, _kind(value), _short(value)))
+    return value
+
+
+def _seq(value, what, optional=True):
+    """A list from any iterable (Jinja's map/select give generators), never from a string or a mapping."""
+    if value is None and optional:
+        return []
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        raise _Refused("%s must be a list, got %s %s" % (what, _kind(value), _short(value)))
+    return list(value)
+
+
+def _names(value, what, optional=True):
+    out = _seq(value, what, optional)
+    bad = [v for v in out if not isinstance(v, str) or not v]
+    if bad:
+        raise _Refused("%s must be a list of names (non-empty strings), got %r" % (what, bad))
+    return out
+
+
+def _records(value, what, optional=True):
+    out = _seq(value, what, optional)
+    for i, r in enumerate(out):
+        if not isinstance(r, Mapping):
+            raise _Refused("%s[%d] must be a mapping, got %s %s" % (what, i, _kind(r), _short(r)))
+    return out
+
+
+def _k8s_resources(value, what, need_name=True):
+    """k8s_info resources: a list of mappings (with metadata.name when ``need_name``)."""
+    out = _records(value, what)
+    for i, r in enumerate(out):
+        meta = r.get("metadata")
+        if need_name and (not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str)):
+            raise _Refused("%s[%d] has no metadata.name (is it k8s_info's resources?)" % (what, i))
+        if meta is not None and not isinstance(meta, Mapping):
+            raise _Refused("%s[%d]: metadata must be a mapping, got %r" % (what, i, meta))
+        for key in ("spec", "status"):
+            if r.get(key) is not None and not isinstance(r[key], Mapping):
+                raise _Refused("%s[%d]: %s must be a mapping, got %r" % (what, i, key, r[key]))
+    return out
+
+
+def _plan(plan):
+    """A k8s_node_plan result: {nodes: [{name, labels, taints, components}]}."""
+    plan = _mapping(plan, "the plan (k8s_node_plan's result)", optional=False)
+    for i, n in enumerate(_records(plan.get("nodes"), "plan.nodes", optional=False)):
+        if not isinstance(n.get("name"), str) or not isinstance(n.get("labels"), Mapping) \
+                or not isinstance(n.get("taints", []), list) or not isinstance(n.get("components", []), list):
+            raise _Refused("plan.nodes[%d] must have name, labels, taints and components as k8s_node_plan "
+                           "returns them, got %s" % (i, _short(n)))
+    return plan
+
+
+_IMAGE_PART = re.compile(r"^[^\s\x00-\x1f\x7f]+\Z")
 
 
 def _get(hv, key, default=None):
@@ -66,13 +128,18 @@ def _get(hv, key, default=None):
     return default if value is None else value
 
 
+@_refusing
 def k8s_node_inputs(hosts, hostvars):
     """Inventory hosts -> node plan inputs (reads only the keys the plan needs)."""
+    hosts = _names(hosts, "hosts (a group's host names)")
+    hostvars = _mapping(hostvars, "hostvars", optional=False)
     out = []
-    for host in hosts or []:
-        hv = hostvars[host]
-        facts = _get(hv, "ansible_facts", {}) or {}
-        gpu_facts = facts.get("gpu") or {}
+    for host in hosts:
+        if host not in hostvars:
+            raise _Refused("host %s is not in hostvars" % host)
+        hv = _mapping(hostvars[host], "hostvars[%r]" % host, optional=False)
+        facts = _mapping(_get(hv, "ansible_facts", {}), "hostvars[%r].ansible_facts" % host)
+        gpu_facts = _mapping(facts.get("gpu"), "hostvars[%r].ansible_facts.gpu" % host)
         labels = dict(gpu_facts.get("labels") or _get(hv, "gpuops_gpu_node_labels", {}) or {})
         out.append({
             "name": _get(hv, "gpuops_k8s_node_name", host),
@@ -86,10 +153,13 @@ def k8s_node_inputs(hosts, hostvars):
     return out
 
 
+@_refusing
 def k8s_node_current(resources, field_manager=None):
     """k8s_info Node resources -> {name: {labels, taints}} (+ owned_labels of ``field_manager``)."""
+    if field_manager is not None and not isinstance(field_manager, str):
+        raise _Refused("field_manager must be a string, got %r" % (field_manager,))
     out = {}
-    for r in resources or []:
+    for r in _k8s_resources(resources, "Node resources"):
         cur = {"labels": r["metadata"].get("labels") or {}, "taints": (r.get("spec") or {}).get("taints") or []}
         if field_manager:
             cur["owned_labels"] = kl.owned_labels(r["metadata"].get("managedFields"), field_manager)
@@ -97,8 +167,12 @@ def k8s_node_current(resources, field_manager=None):
     return out
 
 
+@_refusing
 def k8s_node_plan(nodes, current=None, options=None):
-    options = dict(options or {})
+    nodes = _records(nodes, "nodes (k8s_node_inputs' result)", optional=False)
+    options = dict(_mapping(options, "options"))
+    if current is not None:
+        current = dict(_mapping(current, "current (k8s_node_current's result)"))
     missing = []
     if current is not None:
         missing = sorted(n.get("name") for n in nodes if n.get("name") not in current)
@@ -111,23 +185,31 @@ def k8s_node_plan(nodes, current=None, options=None):
     return plan
 
 
+@_refusing
 def k8s_node_objects(plan, current=None):
     """Plan -> Node manifests to apply; with ``current`` (k8s_node_current with the field manager)
     only the nodes that would change."""
-    return kl.node_objects(plan, current=current)
+    if current is not None:
+        current = _mapping(current, "current (k8s_node_current's result)")
+    return kl.node_objects(_plan(plan), current=current)
 
 
+@_refusing
 def k8s_placement(plan):
-    return kl.placement(plan)
+    return kl.placement(_plan(plan))
 
 
+@_refusing
 def k8s_deploy_components(workload, mig_capable=False, vgpu_host=False, sandbox_mode="kubevirt"):
+    if sandbox_mode not in kl.SANDBOX_MODES:
+        raise _Refused("sandbox mode %r is not one of %s" % (sandbox_mode, ", ".join(kl.SANDBOX_MODES)))
     try:
         return kl.deploy_components(workload, mig_capable, vgpu_host, sandbox_mode)
     except kl.PlanError as e:
         raise AnsibleFilterError(str(e))
 
 
+@_refusing
 def k8s_device_plugin_data(configs, default_name="default", mig_strategy="single"):
     try:
         data, warnings = dp.render(configs, default_name, mig_strategy)
@@ -136,6 +218,7 @@ def k8s_device_plugin_data(configs, default_name="default", mig_strategy="single
     return {"data": data, "warnings": warnings}
 
 
+@_refusing
 def k8s_mig_config_names(doc):
     try:
         return dp.validate_mig_configs(doc)
@@ -143,6 +226,7 @@ def k8s_mig_config_names(doc):
         raise AnsibleFilterError("invalid MIG manager config:\n  - " + "\n  - ".join(e.errors))
 
 
+@_refusing
 def k8s_vgpu_config_names(doc, default_name="default"):
     try:
         return dp.validate_vgpu_configs(doc, default_name)
@@ -150,8 +234,18 @@ def k8s_vgpu_config_names(doc, default_name="default"):
         raise AnsibleFilterError("invalid vGPU device manager config:\n  - " + "\n  - ".join(e.errors))
 
 
+@_refusing
 def k8s_image(spec, registry=None):
     """{repository, image, version} (+ registry override) -> image reference; sha256 versions use @."""
+    spec = _mapping(spec, "the image (repository, image, version)", optional=False)
+    for key, value in (("image", spec.get("image")), ("repository", spec.get("repository")),
+                       ("version", spec.get("version")), ("registry", registry)):
+        if key == "image" and not value:
+            raise _Refused("image must name the image (the repository's last part), got %r" % (value,))
+        if value in (None, "") or (key == "version" and isinstance(value, (int, float)) and not isinstance(value, bool)):
+            continue
+        if not isinstance(value, str) or not _IMAGE_PART.match(value):
+            raise _Refused("%s must be a string without spaces, got %r" % (key, value))
     repo = spec.get("repository") or ""
     if registry:
         # replace the registry host, keep the path (nvcr.io/nvidia/k8s -> mirror:5000/nvidia/k8s)
@@ -163,26 +257,35 @@ def k8s_image(spec, registry=None):
     return ref + (sep + version if version else "")
 
 
+@_refusing
 def k8s_name_refs(names):
     """['a', 'b'] -> [{'name': 'a'}, {'name': 'b'}] (imagePullSecrets, LocalObjectReference lists)."""
-    return [{"name": n} for n in names or [] if n]
+    names = _seq(names, "names (a list of secret names)")
+    bad = [n for n in names if n and not isinstance(n, str)]
+    if bad:
+        raise _Refused("names must be a list of names (strings), got %r" % (bad,))
+    return [{"name": n} for n in names if n]
 
 
+@_refusing
 def k8s_node_label_objects(on, off=None, labels=None):
     """Partial Node manifests: nodes in ``on`` get ``labels``, nodes only in ``off`` get none
     (applied with a dedicated field manager, that removes exactly what it had set)."""
-    on = list(on or [])
+    on = _names(on, "on (node names)")
+    off = _names(off, "off (node names)")
+    labels = dict(_mapping(labels, "labels"))
     objs = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": dict(labels or {})}} for n in on]
     objs += [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {}}}
              for n in sorted(set(off or []) - set(on))]
     return objs
 
 
+@_refusing
 def k8s_ready_pod_nodes(pods):
     """k8s_info Pod resources -> sorted node names whose pod has condition Ready=True."""
     out = set()
-    for p in pods or []:
-        conds = (p.get("status") or {}).get("conditions") or []
+    for i, p in enumerate(_k8s_resources(pods, "Pod resources", need_name=False)):
+        conds = _records((p.get("status") or {}).get("conditions"), "Pod resources[%d].status.conditions" % i)
         if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
             node = (p.get("spec") or {}).get("nodeName")
             if node and not (p.get("metadata") or {}).get("deletionTimestamp"):
@@ -190,6 +293,7 @@ def k8s_ready_pod_nodes(pods):
     return sorted(out)
 
 
+@_refusing
 def k8s_validation_jobs(nodes, prefix, key):
     """Node names -> [{name, node, node_label}] of the per-node validation Jobs (see _k8s_jobs)."""
     try:
@@ -198,21 +302,30 @@ def k8s_validation_jobs(nodes, prefix, key):
         raise AnsibleFilterError(str(e))
 
 
+@_refusing
 def k8s_gpu_allocatable_split(nodes):
     """k8s_info Node resources -> {gpu: [names advertising nvidia.com/gpu or MIG resources], no_gpu: [...]}."""
-    with_gpus, without = kj.split_by_gpu_allocatable(nodes)
+    with_gpus, without = kj.split_by_gpu_allocatable(_k8s_resources(nodes, "Node resources"))
     return {"gpu": with_gpus, "no_gpu": without}
 
 
+@_refusing
 def k8s_named_objects(names, api_version, kind, namespace=None):
     """['a'] -> [{apiVersion, kind, metadata: {name: 'a', namespace}}] (deletions by name, in one call)."""
+    names = _names(names, "names")
+    for what, value in (("api_version", api_version), ("kind", kind)):
+        if not isinstance(value, str) or not value:
+            raise _Refused("%s must be a non-empty string, got %r" % (what, value))
+    if namespace not in (None, "") and not isinstance(namespace, str):
+        raise _Refused("namespace must be a string, got %r" % (namespace,))
     meta = {"namespace": namespace} if namespace else {}
-    return [{"apiVersion": api_version, "kind": kind, "metadata": dict(meta, name=n)} for n in names or []]
+    return [{"apiVersion": api_version, "kind": kind, "metadata": dict(meta, name=n)} for n in names]
 
 
+@_refusing
 def k8s_job_outcomes(resources, wanted):
     """k8s_info Job resources + wanted Job names -> {complete, failed, running, missing, stale}."""
-    return kj.outcomes(resources, wanted)
+    return kj.outcomes(_k8s_resources(resources, "Job resources"), _names(wanted, "wanted Job names"))
 
 
 class FilterModule:

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """CDI spec generation for NVIDIA GPUs (stdlib only; NVML when importable).
 
 PRIVATE: this module_utils file may change at any time; do not import it from
@@ -24,6 +25,8 @@ import glob
 import json
 import os
 import re
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import read_text
 
 KIND = "nvidia.com/gpu"
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
@@ -101,11 +104,19 @@ def mig_from_proc(root, minor):
 
 
 def gpus_from_proc(root):
+    """GPUs from /proc/driver/nvidia/gpus/*/information; CdiError when one cannot be read or parsed
+    (a spec that silently left a GPU out would hand containers fewer GPUs than the node has)."""
     gpus = []
     for info in sorted(glob.glob(_p(root, "/proc/driver/nvidia/gpus/*/information"))):
-        f = parse_information(open(info).read())
+        try:
+            text = read_text(info)
+        except OSError as e:
+            raise CdiError("%s; nothing was written" % e)
+        f = parse_information(text or "")
         if "Device Minor" not in f:
             continue
+        if not re.match(r"^\d+$", f["Device Minor"]):
+            raise CdiError("%s: Device Minor %r is not a number; nothing was written" % (info, f["Device Minor"]))
         minor = int(f["Device Minor"])
         gpus.append({
             "minor": minor,

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """NVIDIA runtime entries for containerd, CRI-O and Docker configs.
 
 PRIVATE: this module_utils file may change at any time; do not import it from
@@ -29,7 +30,13 @@ import socket
 import tempfile
 import time
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._files import backup_copy, write_atomic
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
+    backup_copy,
+    path_problem,
+    read_bytes_of,
+    target_problem,
+    write_atomic,
+)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._toml import (
     Document,
     TomlEditError,
@@ -69,6 +76,24 @@ class RuntimeConfigError(ValueError):
     """Bad input or a config that cannot be edited safely (nothing written)."""
 
 
+#: a systemd unit name (systemd.unit(5)): what restart_mode=systemd passes to systemctl
+UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+$")
+#: options that name files, absolute when set
+PATH_OPTIONS = ("config_path", "drop_in_path", "state_dir", "pid_file", "socket", "binary_path", "ctr_path",
+                "backup_dir")
+
+
+def _nulls(value, where):
+    """Where ``value`` holds a null (TOML has none)."""
+    if value is None:
+        return [where]
+    if isinstance(value, dict):
+        return sum((_nulls(v, "%s.%s" % (where, k)) for k, v in value.items()), [])
+    if isinstance(value, list):
+        return sum((_nulls(v, "%s[%d]" % (where, i)) for i, v in enumerate(value)), [])
+    return []
+
+
 def check_params(p, need_runtime_path=True):
     """Input checks shared by present and absent (nothing is read before them)."""
     runtime = p["runtime"]
@@ -78,11 +103,48 @@ def check_params(p, need_runtime_path=True):
         raise RuntimeConfigError("runtime_name must be a non-empty name of letters, digits, '.', '_' or '-'")
     if need_runtime_path and (not p.get("runtime_path") or not os.path.isabs(p["runtime_path"])):
         raise RuntimeConfigError("runtime_path must be an absolute path")
+    for option in PATH_OPTIONS:
+        if option != "drop_in_path" and p.get(option) is not None:
+            problem = path_problem(p[option], option)
+            if problem:
+                raise RuntimeConfigError(problem)
     if p.get("drop_in_path") and runtime != "containerd":
         raise RuntimeConfigError("drop_in_path is only supported for containerd (for CRI-O, config_path is the drop-in)")
     path = p.get("config_path") or DEFAULT_CONFIG[runtime]
+    # the main config itself, in any form (relative ones too), is refused as such first
     check_drop_in(path, p.get("drop_in_path"))
+    if p.get("drop_in_path") is not None:
+        # relative: written relative to the module's working directory but imported relative to the main
+        # file's directory by containerd -- two different files
+        problem = path_problem(p["drop_in_path"], "drop_in_path")
+        if problem:
+            raise RuntimeConfigError(problem)
+    if p.get("restart_timeout") is not None and p["restart_timeout"] < 1:
+        raise RuntimeConfigError("restart_timeout must be at least 1 second, got %r" % (p["restart_timeout"],))
+    if p.get("service_name") is not None and not UNIT_RE.match(p["service_name"]):
+        raise RuntimeConfigError("service_name must be a systemd unit name (letters, digits and :_.\\@-), got %r"
+                                 % (p["service_name"],))
+    cmd = p.get("restart_command")
+    if p.get("restart_mode") == "command" and not cmd:
+        raise RuntimeConfigError("restart_mode=command needs restart_command (the argv that restarts %s)" % runtime)
+    if cmd is not None and (not cmd or any(not (w or "").strip() for w in cmd)):
+        raise RuntimeConfigError("restart_command must be a non-empty argv list without empty words, got %r" % (cmd,))
+    if runtime in ("containerd", "crio"):
+        nulls = _nulls(p.get("runtime_options") or {}, "runtime_options") + \
+            _nulls(p.get("runtime_config") or {}, "runtime_config")
+        if nulls:
+            raise RuntimeConfigError("%s: null values cannot be written to %s's TOML config; leave the key(s) out"
+                                     % (", ".join(nulls), runtime))
     return path
+
+
+def check_targets(paths):
+    """Refuse config files that cannot be read or replaced (a directory, FIFO, a parent that is a file)."""
+    for path in paths:
+        if path:
+            problem = target_problem(path)
+            if problem:
+                raise RuntimeConfigError(problem + "; nothing was changed")
 
 
 def _real_candidates(path, base_dir):
@@ -357,6 +419,8 @@ def plan(p, read):
     """
     runtime = p["runtime"]
     path = check_params(p)
+    check_targets([path, p.get("drop_in_path")])
+    read = _reader(read)
     before = read(path)
     try:
         if runtime == "containerd":
@@ -378,6 +442,17 @@ def plan(p, read):
     return changes, info
 
 
+def _reader(read):
+    """``read`` with its OSErrors (unreadable, not a regular file, not UTF-8) as RuntimeConfigError."""
+    def wrapped(path):
+        try:
+            return read(path)
+        except (OSError, UnicodeDecodeError) as e:
+            why = str(e) if path in str(e) else "cannot read %s: %s" % (path, e)
+            raise RuntimeConfigError("%s; nothing was changed" % why)
+    return wrapped
+
+
 # -- pristine records and uninstall (state=absent) --------------------------------
 
 DEFAULT_STATE_DIR = "/var/lib/gpuops/container_runtime"
@@ -391,12 +466,9 @@ def sha256_of(data):
 
 
 def read_bytes(path):
-    """The file's exact bytes, or None when it does not exist."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
+    """The file's exact bytes, or None when it does not exist (FileError, an OSError, when it is not a
+    readable regular file)."""
+    return read_bytes_of(path)
 
 
 def file_meta(path):
@@ -462,6 +534,8 @@ class RecordStore(object):
     def __init__(self, state_dir):
         if not state_dir or not os.path.isabs(state_dir):
             raise RuntimeConfigError("state_dir must be an absolute path")
+        if os.path.lexists(state_dir) and not os.path.isdir(state_dir):
+            raise RuntimeConfigError("state_dir %s exists and is not a directory" % state_dir)
         self.dir = state_dir
 
     def record_path(self, path):
@@ -471,7 +545,11 @@ class RecordStore(object):
         return read_bytes(self.record_path(path))
 
     def load(self, path):
-        raw = self.load_raw(path)
+        try:
+            raw = self.load_raw(path)
+        except OSError as e:
+            raise RuntimeConfigError("state record %s (for %s) is unreadable: %s; move it away to continue"
+                                     % (self.record_path(path), path, e))
         if raw is None:
             return None
         try:
@@ -755,6 +833,7 @@ def plan_absent(p, store, read=read_bytes):
     runtime = p["runtime"]
     name = p["runtime_name"]
     path = check_params(p, need_runtime_path=False)
+    read = _reader(read)
     main_rec = store.load(path)
     files = [(path, "main", main_rec)]
     drop_in = None
@@ -763,6 +842,7 @@ def plan_absent(p, store, read=read_bytes):
         check_drop_in(path, drop_in)
         if drop_in:
             files.append((drop_in, "drop_in", store.load(drop_in)))
+    check_targets([path, drop_in])
     changes, ops, warnings = [], [], []
     info = {"config_path": path, "restored_files": [], "removed_files": [], "edited_files": []}
     if drop_in:

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Diagnose a GPU node from its gathered facts (the guide's troubleshooting cases).
 
 PRIVATE: may change at any time; not for use outside gpuops.nvidia.
@@ -34,6 +35,87 @@ BRANCH_CUDA = (
 VFIO_DRIVERS = ("vfio-pci", "nvgrace_gpu_vfio_pci")
 
 
+class DoctorInputError(ValueError):
+    """Facts or runtime state of the wrong shape (what the filters were given is not what gpu_facts or the
+    doctor role produce); the message says which value and what was expected."""
+
+
+def _type(value):
+    return "null" if value is None else type(value).__name__
+
+
+def _short(value, limit=120):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _need(value, types, where, what, errors):
+    if value is not None and not isinstance(value, types):
+        errors.append("%s must be %s, got %s %s" % (where, what, _type(value), _short(value)))
+        return False
+    return value is not None
+
+
+def _records(value, where, errors, key=None):
+    """``value`` a list of mappings (each with a string ``key`` when given)."""
+    if not _need(value, list, where, "a list of mappings", errors):
+        return
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            errors.append("%s[%d] must be a mapping, got %s %s" % (where, i, _type(item), _short(item)))
+        elif key and not isinstance(item.get(key), str):
+            errors.append("%s[%d].%s must be a string, got %r" % (where, i, key, item.get(key)))
+
+
+def check_facts(facts, where="facts"):
+    """Refuse ``ansible_facts.gpu`` of the wrong shape (DoctorInputError listing every problem)."""
+    errors = []
+    if not isinstance(facts, dict):
+        raise DoctorInputError("%s must be ansible_facts.gpu (a mapping), got %s %s" % (where, _type(facts), _short(facts)))
+    for key in ("devices", "others", "nvswitches"):
+        _records(facts.get(key), "%s.%s" % (where, key), errors, key="bdf")
+    for key in ("kernel", "driver", "probes", "iommu", "nvml", "container_runtime"):
+        _need(facts.get(key), dict, "%s.%s" % (where, key), "a mapping", errors)
+    nvml = facts.get("nvml") if isinstance(facts.get("nvml"), dict) else {}
+    _records(nvml.get("devices"), "%s.nvml.devices" % where, errors)
+    for i, dev in enumerate(nvml.get("devices") if isinstance(nvml.get("devices"), list) else []):
+        mode = dev.get("mig_mode") if isinstance(dev, dict) else None
+        if mode is not None and not (isinstance(mode, dict) and "current" in mode and "pending" in mode):
+            errors.append("%s.nvml.devices[%d].mig_mode must be {current, pending}, got %r" % (where, i, mode))
+    iommu = facts.get("iommu") if isinstance(facts.get("iommu"), dict) else {}
+    if iommu and "enabled" not in iommu:
+        errors.append("%s.iommu has no enabled key" % where)
+    if errors:
+        raise DoctorInputError("; ".join(errors))
+    return facts
+
+
+def check_workload(workload, where="workload"):
+    """A workload kind is a string (or null); a list of one kind, as node inventories may give it, is that kind."""
+    if isinstance(workload, (list, tuple)):
+        kinds = sorted(set(workload))
+        if len(kinds) > 1 or not all(isinstance(k, str) for k in kinds):
+            raise DoctorInputError("%s must be one workload kind (a string), got %r" % (where, workload))
+        workload = kinds[0] if kinds else None
+    if workload is not None and not isinstance(workload, str):
+        raise DoctorInputError("%s must be a workload kind (a string such as container), got %s %r"
+                               % (where, _type(workload), workload))
+    return workload
+
+
+def check_expect(expect):
+    if expect is None:
+        return {}
+    if not isinstance(expect, dict):
+        raise DoctorInputError("expect must be a mapping (workload, toolkit, cuda_version), got %s %r"
+                               % (_type(expect), expect))
+    out = dict(expect)
+    out["workload"] = check_workload(expect.get("workload"), "expect.workload")
+    if out.get("cuda_version") is not None and not isinstance(out["cuda_version"], (str, int, float)):
+        raise DoctorInputError("expect.cuda_version must be a version such as 12.4, got %r" % (out["cuda_version"],))
+    return out
+
+
 def _version_tuple(text):
     out = []
     for part in str(text).split("."):
@@ -62,7 +144,8 @@ def _f(fid, severity, summary, remediation, **detail):
 
 
 def diagnose(facts, expect=None):
-    expect = expect or {}
+    check_facts(facts)
+    expect = check_expect(expect)
     workload = expect.get("workload") or ""
     gpus = facts.get("devices") or []
     kernel = facts.get("kernel") or {}
@@ -175,6 +258,13 @@ def readiness(facts, workload=None, reboot_reasons=None, validated=None):
     its validation passed. A node without GPUs and without a GPU workload is ready (CPU node).
     """
     facts = facts or {}
+    check_facts(facts)
+    workload = check_workload(workload)
+    if reboot_reasons is not None and not isinstance(reboot_reasons, (list, tuple)):
+        raise DoctorInputError("reboot_reasons must be a list of reasons (or null), got %s %r"
+                               % (_type(reboot_reasons), reboot_reasons))
+    if validated is not None and not isinstance(validated, bool):
+        raise DoctorInputError("validated must be true, false or null, got %s %r" % (_type(validated), validated))
     reasons = []
     if facts.get("count", len(facts.get("devices") or [])) or workload:
         expect = {"workload": workload or ""}
@@ -222,8 +312,32 @@ def _norm(path):
     return "/" + path.lstrip("/") if path.startswith("/") else path
 
 
+def check_runtime_state(state):
+    """Refuse a container_runtime state of the wrong shape (DoctorInputError listing every problem)."""
+    if state is None:
+        return
+    if not isinstance(state, dict):
+        raise DoctorInputError("the container_runtime state must be a mapping, got %s %s" % (_type(state), _short(state)))
+    errors = []
+    for key in ("runtime", "runtime_name", "containerd_config", "crio_config", "crio_config_dir", "docker_config"):
+        _need(state.get(key), str, key, "a string", errors)
+    for key in ("cdi_dirs", "globbed"):
+        if _need(state.get(key), (list, tuple), key, "a list of paths", errors):
+            errors.extend("%s[%d] must be a path, got %r" % (key, i, v) for i, v in enumerate(state[key])
+                          if not isinstance(v, str))
+    for key in ("files", "unreadable"):
+        if _need(state.get(key), dict, key, "a mapping of path to text", errors):
+            errors.extend("%s must be keyed by path, got key %r" % (key, k) for k in state[key] if not isinstance(k, str))
+    files = state.get("files") if isinstance(state.get("files"), dict) else {}
+    errors.extend("files[%r] must be the file's text (or null when it does not exist), got %s"
+                  % (k, _type(v)) for k, v in files.items() if v is not None and not isinstance(v, str))
+    if errors:
+        raise DoctorInputError("; ".join(errors))
+
+
 def runtime_state(state):
     """``state`` with defaults filled in (paths normalised)."""
+    check_runtime_state(state)
     out = dict(RUNTIME_DEFAULTS)
     out.update({k: v for k, v in (state or {}).items() if v is not None})
     for key in ("containerd_config", "crio_config", "crio_config_dir", "docker_config"):
@@ -319,7 +433,14 @@ def runtime_read(state, results, globbed=()):
     A file that does not exist is recorded as None; one that cannot be read as unreadable.
     """
     st = runtime_state(state)
-    for r in results or []:
+    if results is not None and not isinstance(results, (list, tuple)):
+        raise DoctorInputError("results must be a slurp loop's results (a list), got %s" % _type(results))
+    if (globbed is not None and not isinstance(globbed, (list, tuple))) or \
+            any(not isinstance(g, str) for g in (globbed if isinstance(globbed, (list, tuple)) else ())):
+        raise DoctorInputError("globbed must be a list of import patterns, got %r" % (globbed,))
+    for i, r in enumerate(results or []):
+        if not isinstance(r, dict):
+            raise DoctorInputError("results[%d] must be a slurp result (a mapping), got %s %s" % (i, _type(r), _short(r)))
         if r.get("skipped"):
             continue
         path = r.get("item")
@@ -327,11 +448,18 @@ def runtime_read(state, results, globbed=()):
             path = path.get("path")
         if not path:
             continue
+        if not isinstance(path, str):
+            raise DoctorInputError("results[%d].item must be the path read on the node, got %r" % (i, path))
         path = _norm(path)
         if "content" in r and not r.get("failed"):
             raw = r["content"]
+            if not isinstance(raw, str):
+                raise DoctorInputError("results[%d].content (%s) must be text, got %s" % (i, path, _type(raw)))
             if r.get("encoding", "base64") == "base64":
-                raw = base64.b64decode(raw).decode("utf-8", "replace")
+                try:
+                    raw = base64.b64decode(raw, validate=True).decode("utf-8", "replace")
+                except ValueError as e:
+                    raise DoctorInputError("results[%d].content (%s) is not base64 as slurp returns it: %s" % (i, path, e))
             st["files"][path] = raw
             st["unreadable"].pop(path, None)
         elif "not found" in str(r.get("msg", "")).lower():

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """NVIDIA driver lifecycle planning: what to install, pin, blacklist and enable on a host.
 
 PRIVATE: may change at any time; not for use outside gpuops.nvidia.
@@ -78,6 +79,70 @@ class PlanError(ValueError):
     def __init__(self, msg, remediation=None):
         super(PlanError, self).__init__(msg)
         self.remediation = remediation
+
+
+# --- input checks ------------------------------------------------------------------
+
+VERSION_RE = re.compile(r"^\d{3}\.\d{1,3}(?:\.\d{1,3})?\Z")
+# a URL as it goes into a .sources / .repo file: no whitespace, quotes or control characters
+URL_RE = re.compile(r"^(?:https?|ftp|file)://[^\s\"'<>\\`\x00-\x1f\x7f]+\Z")
+ARCH_RE = re.compile(r"^[A-Za-z0-9_]+\Z")
+# what `uname -r` prints: never whitespace or shell metacharacters
+KERNEL_RELEASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]*\Z")
+_FACT_SECTIONS = ("os", "kernel", "driver")
+_FACT_STRINGS = {"os": ("id", "version_id", "id_like"), "kernel": ("release",),
+                 "driver": ("version", "kernel_module_type")}
+
+
+def check_facts(gpu):
+    """Refuse ``ansible_facts.gpu`` (or a hand-written stand-in) of the wrong shape; PlanError lists every
+    problem.  Strings where gpu_facts returns strings, mappings and lists of mappings where it returns them."""
+    problems = []
+    if not isinstance(gpu, dict):
+        raise PlanError("gpu_facts must be ansible_facts.gpu (a mapping), got %r" % (gpu,))
+    for section in _FACT_SECTIONS:
+        value = gpu.get(section)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            problems.append("gpu_facts.%s must be a mapping, got %r" % (section, value))
+            continue
+        for key in _FACT_STRINGS[section]:
+            v = value.get(key)
+            if v is not None and not isinstance(v, str):
+                problems.append("gpu_facts.%s.%s must be a string (quote it), got %r" % (section, key, v))
+    kernel = gpu.get("kernel") if isinstance(gpu.get("kernel"), dict) else {}
+    release = kernel.get("release")
+    if isinstance(release, str) and release and not KERNEL_RELEASE_RE.match(release):
+        problems.append("gpu_facts.kernel.release %r is not a kernel release (what `uname -r` prints)" % release)
+    driver = gpu.get("driver") if isinstance(gpu.get("driver"), dict) else {}
+    if isinstance(driver.get("version"), str) and not re.match(r"^\d+\.\d+(?:\.\d+)?\Z", driver["version"]):
+        problems.append("gpu_facts.driver.version %r is not a driver version like 580.95.05" % driver["version"])
+    if driver.get("kernel_module_type") not in (None, "open", "proprietary"):
+        problems.append("gpu_facts.driver.kernel_module_type must be open or proprietary, got %r"
+                        % (driver.get("kernel_module_type"),))
+    for section in ("devices", "nvswitches"):
+        value = gpu.get(section)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(d, dict) for d in value):
+            problems.append("gpu_facts.%s must be a list of mappings (one per PCI function), got %r" % (section, value))
+    if problems:
+        raise PlanError("; ".join(problems), "pass ansible_facts.gpu as gpuops.nvidia.gpu_facts returns it, "
+                                             "or leave gpu_facts out to gather the facts on the node")
+    return gpu
+
+
+def check_request(req):
+    """Refuse request values that would end up in package names or repository files malformed."""
+    for key in ("repo_url", "repo_key_url", "debian_mirror", "debian_security_mirror"):
+        value = req.get(key)
+        if value and not (isinstance(value, str) and URL_RE.match(value)):
+            raise PlanError("%s must be an http(s), ftp or file URL without spaces, quotes or control characters, "
+                            "got %r" % (key, value))
+    arch = req.get("arch")
+    if arch is not None and not (isinstance(arch, str) and ARCH_RE.match(arch)):
+        raise PlanError("arch must be a machine name like x86_64 or aarch64, got %r" % (arch,))
 
 
 # --- small parsers ---------------------------------------------------------------
@@ -363,12 +428,20 @@ def plan(host, req):
         source = "cuda_repo" if family == "rhel" else "distro"
     if family == "rhel" and source == "distro":
         raise PlanError("RHEL-family distributions do not ship the NVIDIA driver", "set driver_source: cuda_repo")
+    check_request(req)
     branch = str(req.get("branch") or "")
     version = req.get("version") or None
+    if version and not VERSION_RE.match(str(version)):
+        raise PlanError("driver_version must be a driver version like \"580.95.05\", got %r" % (version,))
     if version and not branch:
         branch = version.split(".")[0]
-    if not re.match(r"^\d{3}$", branch):
+    if not re.fullmatch(r"\d{3}", branch):
         raise PlanError("driver_branch must be a driver branch like \"580\", got %r" % branch)
+    if state == "present" and family in ("ubuntu", "debian") and not host.get("kernel_release"):
+        raise PlanError("the running kernel's release is unknown (no kernel.release in the facts, nothing in "
+                        "/proc/sys/kernel/osrelease under the root): the plan needs it for the kernel headers and "
+                        "module packages (linux-headers-<release>)",
+                        "gather gpu_facts with the kernel subset on the node (or leave gpu_facts out)")
     if version and version.split(".")[0] != branch:
         raise PlanError("driver_version %s is not on branch %s" % (version, branch))
     manager = "dnf" if family == "rhel" else "apt"

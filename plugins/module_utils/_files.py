@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Safe file edits shared by the collection's modules.
 
 PRIVATE: this module_utils file may change at any time; do not import it from
@@ -47,13 +48,101 @@ class FileLockTimeout(OSError):
     """Another process held a file's lock for longer than the timeout."""
 
 
-def read_text(path):
-    """Return the file's text, or None when it does not exist."""
+class FileError(OSError):
+    """A file the module must read or replace cannot be: a directory, FIFO or device where a regular
+    file is expected, a parent that is not a directory, no permission, not UTF-8 text.  ``str()`` is a
+    sentence naming the path; nothing has been changed when it is raised."""
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def _kind(mode):
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _open_regular(path):
+    """A file object (binary) on the regular file ``path``; None when it does not exist.
+
+    Opened without blocking (a FIFO never blocks the module) and refused unless it is a regular file.
+    """
     try:
-        with open(path, "r", encoding="utf-8") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None
+    except OSError as e:
+        raise FileError("cannot read %s: %s" % (path, e.strerror or e))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise FileError("%s is %s, not a regular file" % (path, _kind(mode)))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes_of(path):
+    """The bytes of the regular file ``path``, or None when it does not exist (FileError otherwise)."""
+    f = _open_regular(path)
+    if f is None:
+        return None
+    with f:
+        try:
+            return f.read()
+        except OSError as e:
+            raise FileError("cannot read %s: %s" % (path, e.strerror or e))
+
+
+def read_text(path):
+    """Return the file's text (UTF-8, newlines as Python's text mode reads them), or None when it
+    does not exist.  Raises FileError (an OSError) for anything that is not a readable regular file
+    of UTF-8 text."""
+    data = read_bytes_of(path)
+    if data is None:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FileError("%s is not UTF-8 text (byte 0x%02x at offset %d)" % (path, data[e.start], e.start))
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def path_problem(value, option):
+    """Why ``value`` is not an absolute path for ``option``, or None."""
+    if value is None or value == "":
+        return "%s must be an absolute path, got an empty value" % option
+    if not isinstance(value, str):
+        return "%s must be an absolute path, got %r" % (option, value)
+    if any(ord(c) < 0x20 or ord(c) == 0x7f for c in value):
+        return "%s must not hold a newline or another control character, got %r" % (option, value)
+    if not os.path.isabs(value):
+        return "%s must be an absolute path, got %r" % (option, value)
+    return None
+
+
+def target_problem(path):
+    """Why the regular file ``path`` cannot be read, created or replaced, or None.
+
+    Checked before anything changes: ``path`` (when it exists) must be a regular file (symlinks are
+    followed) and the nearest existing directory above it must be a directory.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        # absent (or a dangling symlink, written through): the directory it would be created in
+        parent = os.path.dirname(os.path.realpath(path))
+        while parent and not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if parent and not os.path.isdir(parent):
+            return "cannot create %s: %s is not a directory" % (path, parent)
+        return None
+    except OSError as e:
+        return "cannot reach %s: %s" % (path, e.strerror or e)
+    if not stat.S_ISREG(st.st_mode):
+        return "%s is %s, not a regular file" % (path, _kind(st.st_mode))
+    return None
 
 
 # -- locks ------------------------------------------------------------------------

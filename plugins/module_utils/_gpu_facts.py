@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Assemble ``ansible_facts.gpu`` from the sysfs/procfs readers and NVML.
 
 PRIVATE: may change at any time; not for use outside gpuops.nvidia.

@@ -1,5 +1,6 @@
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Device plugin (k8s-device-plugin v0.20) and MIG manager (mig-parted v0.15) configs.
 
 PRIVATE: may change at any time; not for use outside gpuops.nvidia.
@@ -37,8 +38,8 @@ def _validate_sharing(where, kind, spec, mig_strategy, errors, warnings):
         return
     _check_keys(errors, "{}: sharing.{}".format(where, kind), spec, SHARING_SPEC_KEYS)
     resources = spec.get("resources")
-    if not resources:
-        errors.append(f"{where}: sharing.{kind}.resources must list at least one resource")
+    if not resources or not isinstance(resources, list):
+        errors.append(f"{where}: sharing.{kind}.resources must list at least one resource, got {resources!r}")
         return
     for i, res in enumerate(resources):
         at = f"{where}: sharing.{kind}.resources[{i}]"
@@ -74,9 +75,16 @@ def validate(name, config, default_mig_strategy="single"):
     version = config.get("version", "v1")
     if version != "v1":
         errors.append(f"{where}: version must be v1, got {version!r}")
+    shape = [f"{where}: {key} must be a mapping, got {config[key]!r}" for key in ("flags", "sharing")
+             if config.get(key) is not None and not isinstance(config[key], dict)]
+    plugin = (config.get("flags") or {}).get("plugin") if isinstance(config.get("flags"), dict) else None
+    if plugin is not None and not isinstance(plugin, dict):
+        shape.append(f"{where}: flags.plugin must be a mapping, got {plugin!r}")
+    if shape:
+        raise ConfigError(errors + shape)
     flags = dict(config.get("flags") or {})
     strategy = flags.get("migStrategy", default_mig_strategy)
-    if strategy not in MIG_STRATEGIES:
+    if not isinstance(strategy, str) or strategy not in MIG_STRATEGIES:
         errors.append(f"{where}: unknown MIG strategy {strategy!r} (expected none, single or mixed)")
     flags["migStrategy"] = strategy
     plugin = flags.get("plugin") or {}
@@ -109,8 +117,12 @@ def render(configs, default_name="default", mig_strategy="single"):
     Always contains ``default_name`` (a plain config with the cluster MIG strategy) unless
     the user defined it. Returns (data, warnings); raises ConfigError listing every problem.
     """
-    if mig_strategy not in MIG_STRATEGIES:
+    if not isinstance(mig_strategy, str) or mig_strategy not in MIG_STRATEGIES:
         raise ConfigError([f"unknown MIG strategy {mig_strategy!r} (expected none, single or mixed)"])
+    if configs is not None and not isinstance(configs, dict):
+        raise ConfigError([f"configs must map config names to device plugin configs, got {configs!r}"])
+    if not isinstance(default_name, str) or not default_name:
+        raise ConfigError([f"the default config name must be a non-empty string, got {default_name!r}"])
     configs = dict(configs or {})
     configs.setdefault(default_name, {"version": "v1"})
     data, warnings, errors = {}, [], []
@@ -135,12 +147,20 @@ def validate_mig_configs(doc):
         raise ConfigError(["MIG config: version must be v1"])
     _check_keys(errors, "MIG config", doc, {"version", "mig-configs"})
     configs = doc.get("mig-configs") or {}
+    if not isinstance(configs, dict):
+        raise ConfigError(errors + [f"MIG config: mig-configs must map config names to entry lists, got {configs!r}"])
     for name, specs in configs.items():
         if not specs:
             errors.append(f"MIG config {name!r}: needs at least one entry")
             continue
+        if not isinstance(specs, list):
+            errors.append(f"MIG config {name!r}: must be a list of entries, got {specs!r}")
+            continue
         for i, spec in enumerate(specs):
             at = f"MIG config {name!r}[{i}]"
+            if not isinstance(spec, dict):
+                errors.append(f"{at}: must be a mapping, got {spec!r}")
+                continue
             _check_keys(errors, at, spec, {"devices", "mig-enabled", "mig-devices", "device-filter"})
             if "devices" not in spec or "mig-enabled" not in spec:
                 errors.append(f"{at}: devices and mig-enabled are required")
@@ -160,6 +180,8 @@ def validate_mig_configs(doc):
 def validate_vgpu_configs(doc, default_name="default"):
     """vgpu-device-manager config file (``version: v1``, ``vgpu-configs``); returns the names."""
     errors = []
+    if not isinstance(default_name, str) or not default_name:
+        raise ConfigError([f"vGPU config: the default config name must be a non-empty string, got {default_name!r}"])
     if not isinstance(doc, dict) or doc.get("version") != "v1":
         raise ConfigError(["vGPU config: version must be v1"])
     _check_keys(errors, "vGPU config", doc, {"version", "vgpu-configs"})

@@ -1,5 +1,6 @@
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Node plan for the cluster side: labels and taints per node, as the GPU Operator sets them.
 
 PRIVATE: may change at any time; not for use outside gpuops.nvidia.
@@ -11,6 +12,8 @@ our field manager applies. Everything is validated for *all* nodes before a plan
 returned, so bad input is refused before anything reaches the API server.
 """
 from __future__ import annotations
+
+import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _labels
 
@@ -77,9 +80,23 @@ def labels_from_inventory(gpu):
     """
     if not gpu:
         return {}
-    count = int(gpu.get("count", 1))
+    if not isinstance(gpu, dict):
+        raise PlanError(["gpu must be a mapping (product, count, memory_mib, ...), got {!r}".format(gpu)])
+    raw = gpu.get("count", 1)
+    try:
+        if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+            raise ValueError(raw)
+        count = int(raw) if isinstance(raw, float) else int(str(raw).strip())
+    except ValueError:
+        raise PlanError(["gpu.count must be a whole number >= 1, got {!r}".format(raw)])
     if count < 1:
         raise PlanError(["gpu.count must be >= 1, got {!r}".format(gpu.get("count"))])
+    cc = gpu.get("compute_capability")
+    if cc is not None and not re.match(r"^\d+(\.\d+)?\Z", str(cc)):
+        raise PlanError(["gpu.compute_capability must be major.minor like 9.0, got {!r}".format(cc)])
+    for key in ("product", "driver_version", "cuda_version", "machine"):
+        if gpu.get(key) is not None and not isinstance(gpu.get(key), str):
+            raise PlanError(["gpu.{} must be a string, got {!r}".format(key, gpu.get(key))])
     one = {
         "product": gpu.get("product"),
         "memory_mib": gpu.get("memory_mib"),
@@ -132,8 +149,27 @@ def node_plan(nodes, current=None, options=None):
     Returns ``{"nodes": [{name, labels, taints, workload, components}], "errors": []}``;
     raises PlanError listing every invalid node.
     """
+    if not isinstance(nodes, (list, tuple)):
+        raise PlanError(["nodes must be a list of node inputs (see k8s_node_inputs), got {!r}".format(nodes)])
+    if options is not None and not isinstance(options, dict):
+        raise PlanError(["options must be a mapping, got {!r}".format(options)])
+    if current is not None and (not isinstance(current, dict)
+                                or not all(isinstance(v, dict) or v is None for v in current.values())):
+        raise PlanError(["current must map node names to {{labels, taints}} (see k8s_node_current), got {!r}"
+                         .format(current)])
     opts = dict(options or {})
     current = current or {}
+    shape = []
+    if opts.get("taint") is not None and not (isinstance(opts["taint"], dict) and isinstance(opts["taint"].get("key"), str)):
+        shape.append("options.taint must be a taint mapping (key, value, effect), got {!r}".format(opts["taint"]))
+    if opts.get("device_plugin_configs") is not None and not isinstance(opts["device_plugin_configs"], dict):
+        shape.append("options.device_plugin_configs must map config names to configs, got {!r}"
+                     .format(opts["device_plugin_configs"]))
+    for key in ("default_workload", "sandbox_mode", "mig_strategy", "state"):
+        if opts.get(key) is not None and not isinstance(opts[key], str):
+            shape.append("options.{} must be a string, got {!r}".format(key, opts[key]))
+    if shape:
+        raise PlanError(shape)
     state = opts.get("state", "present")
     default_workload = opts.get("default_workload") or "container"
     sandbox_mode = opts.get("sandbox_mode") or "kubevirt"
@@ -150,10 +186,23 @@ def node_plan(nodes, current=None, options=None):
         errors.append(f"unknown MIG strategy {strategy!r} (expected none, single or mixed)")
     seen = set()
     plan = []
-    for node in nodes:
+    for i, node in enumerate(nodes):
+        if not isinstance(node, dict):
+            errors.append("nodes[{}] must be a mapping (name, workload, labels, gpu, ...), got {!r}".format(i, node))
+            continue
         name = node.get("name")
         if not name:
             errors.append("a node has no name")
+            continue
+        if not isinstance(name, str):
+            errors.append("nodes[{}]: name must be a string, got {!r}".format(i, name))
+            continue
+        bad = ["{} must be a mapping, got {!r}".format(k, node[k]) for k in ("labels", "extra_labels")
+               if node.get(k) is not None and not isinstance(node[k], dict)]
+        bad += ["{} must be a config name (a string), got {!r}".format(k, node[k])
+                for k in ("device_plugin_config", "mig_config") if node.get(k) is not None and not isinstance(node[k], str)]
+        if bad:
+            errors.extend("{}: {}".format(name, b) for b in bad)
             continue
         if name in seen:
             errors.append(f"{name}: listed twice")

@@ -265,12 +265,17 @@ def mark_pending(path, text):
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o755, exist_ok=True)
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp) and not os.path.isdir(tmp):
+            os.unlink(tmp)   # never leave a half-written marker next to the real one
+        raise
     _fsync_dir(directory)
 
 

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Node labels as Node Feature Discovery and GPU Feature Discovery would set them.
 
 PRIVATE: may change at any time; not for use outside gpuops.nvidia.
@@ -122,6 +123,8 @@ def _replicated_resources(spec, key):
     resources = spec.get("resources")
     if not resources:
         raise GFDConfigError("sharing.%s: no resources specified" % key)
+    if not isinstance(resources, list):
+        raise GFDConfigError("sharing.%s.resources must be a list, got %r" % (key, resources))
     out = []
     for res in resources:
         if not isinstance(res, dict) or not res.get("name"):
@@ -158,7 +161,12 @@ def parse_config(config):
         flags = config.get("flags") or {}
     else:
         sharing, flags = config, {}
+    for name, value in (("sharing", sharing), ("flags", flags)):
+        if not isinstance(value, dict):
+            raise GFDConfigError("%s must be a mapping, got %r" % (name, value))
     strategy = flags.get("migStrategy") or "none"
+    if not isinstance(strategy, str):
+        raise GFDConfigError("flags.migStrategy must be none, single or mixed, got %r" % (strategy,))
     if strategy not in _MIG_STRATEGIES:
         raise GFDConfigError("unknown strategy: %s" % strategy)
     return {"mig_strategy": strategy,

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """A small, comment-preserving TOML reader/editor (stdlib only, Python 3.8+).
 
 PRIVATE: this module_utils file may change at any time; do not import it from

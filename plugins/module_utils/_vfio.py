@@ -94,9 +94,13 @@ def iommu_active(root, groups=None):
 
 
 def resolve_requested(devices, by_bdf):
-    """Turn the user's ``devices`` list into BDFs.  Raises VfioError on bad input."""
+    """Turn the user's ``devices`` list into BDFs.  Raises VfioError on bad input.
+
+    PCI bridges (class 0x06xx but 0x0680, which NVSwitches use) are refused: a bridge is never bound to
+    vfio-pci (its group's endpoints are), and naming one used to move the GPU behind it instead.
+    """
     out = []
-    bad, missing = [], []
+    bad, missing, bridges = [], [], []
     for item in devices:
         item = str(item).strip()
         if item == ALL_NVIDIA:
@@ -112,6 +116,7 @@ def resolve_requested(devices, by_bdf):
             found = sorted(b for b, d in by_bdf.items() if d.get("vendor_id") == vendor and d.get("device_id") == device)
             if not found:
                 missing.append(item)
+            bridges.extend(b for b in found if is_bridge(by_bdf[b].get("class_id")))
             out.extend(found)
             continue
         bdf = normalize_bdf(item)
@@ -120,12 +125,20 @@ def resolve_requested(devices, by_bdf):
         elif bdf not in by_bdf:
             missing.append(item)
         else:
+            if is_bridge(by_bdf[bdf].get("class_id")):
+                bridges.append(bdf)
             out.append(bdf)
     if bad:
         raise VfioError("malformed device(s) %s: use a PCI address like 0000:41:00.0 (or 41:00.0), "
                         "a vendor:device ID like 10de:2335, or all_nvidia" % ", ".join(repr(b) for b in bad))
     if missing:
         raise VfioError("device(s) not present on this host: %s (see lspci -Dnn)" % ", ".join(missing))
+    if bridges:
+        raise VfioError("%s %s a PCI bridge (class 0x%s): bridges are never bound to vfio-pci, and nothing was "
+                        "changed. Name the GPU functions behind it instead (lspci -Dnn -s <bus>:00.0)"
+                        % (", ".join(_describe(by_bdf[b]) for b in sorted(set(bridges))),
+                           "is" if len(set(bridges)) == 1 else "are",
+                           "/0x".join(sorted(set(by_bdf[b]["class_id"][:4] for b in bridges)))))
     seen = []
     for b in out:
         if b not in seen:
@@ -204,6 +217,15 @@ def load_state(text, path=STATE_FILE, udev_text=None):
             bad = [b for b, d in data["devices"].items() if not BDF_RE.match(str(b)) or not isinstance(d, dict)]
             if bad:
                 why = "entries that are not BDF: {...}: %s" % ", ".join(repr(b) for b in sorted(bad, key=str))
+            else:
+                odd = ["%s: original_driver %r is not a driver name" % (b, d.get("original_driver"))
+                       for b, d in sorted(data["devices"].items())
+                       if d.get("original_driver") is not None and not _driver_name(d.get("original_driver"))]
+                odd += ["%s: persistent %r is not true/false" % (b, d.get("persistent"))
+                        for b, d in sorted(data["devices"].items())
+                        if "persistent" in d and not isinstance(d["persistent"], bool)]
+                if odd:
+                    why = "entries with bad values (%s)" % "; ".join(odd)
     if why is None:
         return data
     persisted = persisted_bdfs(udev_text)
@@ -214,6 +236,11 @@ def load_state(text, path=STATE_FILE, udev_text=None):
         "gives them to the driver the kernel picks)"
         % (path, why, ("%s still persists %s." % (UDEV_RULES, ", ".join(persisted))) if persisted
            else "%s persists no function." % UDEV_RULES))
+
+
+def _driver_name(value):
+    """A kernel driver name as sysfs lists it under /sys/bus/pci/drivers (no path separators)."""
+    return isinstance(value, str) and value not in (".", "..") and re.match(r"^[A-Za-z0-9_.-]+$", value) is not None
 
 
 def dump_state(state):
@@ -441,12 +468,17 @@ def mark_pending(path, text):
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o755, exist_ok=True)
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp) and not os.path.isdir(tmp):
+            os.unlink(tmp)   # never leave a half-written marker next to the real one
+        raise
     _fsync_dir(directory)
 
 

@@ -174,7 +174,12 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import CdiError, build_spec, gpus_from_nvml, render
-from ansible_collections.gpuops.nvidia.plugins.module_utils._files import ensure_file, remove_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
+    ensure_file,
+    path_problem,
+    remove_file,
+    target_problem,
+)
 
 try:
     import pynvml
@@ -216,12 +221,42 @@ def _mode(module):
     return value
 
 
+def check_params(module):
+    """Refuse bad paths before anything is read or written."""
+    p = module.params
+    problems = [path_problem(p["path"], "path"), path_problem(p["root"], "root")]
+    problems += [path_problem(d, "library_dirs") for d in p["library_dirs"] or []]
+    problems += [path_problem(d, "bin_dirs") for d in p["bin_dirs"] or []]
+    if p["hook_path"] is not None:
+        problems.append(path_problem(p["hook_path"], "hook_path"))
+    problems = [x for x in problems if x]
+    if problems:
+        module.fail_json(msg="; ".join(problems))
+    if p["state"] == "present" and not os.path.isdir(p["root"]):
+        module.fail_json(msg="root %s is not a directory" % p["root"])
+    if p["state"] == "present" and p["hook_path"] is not None:
+        hook = os.path.join(p["root"], p["hook_path"].lstrip("/"))
+        if not os.path.isfile(hook):
+            module.fail_json(msg="hook_path %s does not exist%s: every container created with this spec would fail "
+                                 "to start; install nvidia-container-toolkit or leave hook_path out"
+                                 % (p["hook_path"], "" if p["root"] == "/" else " under root %s" % p["root"]))
+    problem = target_problem(p["path"])
+    if problem:
+        module.fail_json(msg="%s; path must name the spec file; nothing was changed" % problem)
+
+
+def _write(module, fn, *args, **kwargs):
+    try:
+        return fn(module, *args, **kwargs)
+    except OSError as e:
+        module.fail_json(msg="cannot write %s: %s" % (module.params["path"], e))
+
+
 def run(module):
     p = module.params
+    check_params(module)
     if p["state"] == "absent":
-        if os.path.isdir(p["path"]):
-            module.fail_json(msg="%s is a directory; path must name the spec file to remove" % p["path"])
-        return remove_file(module, p["path"], backup=p["backup"])
+        return _write(module, remove_file, p["path"], backup=p["backup"])
     if not p["device_name_strategy"] and not p["all_device"]:
         module.fail_json(msg="device_name_strategy is empty and all_device is false: the spec would have no device")
     mode = _mode(module)
@@ -246,7 +281,8 @@ def run(module):
         module.fail_json(msg=str(e))
     for w in info["warnings"]:
         module.warn(w)
-    result = ensure_file(module, p["path"], render(spec, p["path"]), mode=mode, backup=p["backup"], enforce_mode=True)
+    result = _write(module, ensure_file, p["path"], render(spec, p["path"]), mode=mode, backup=p["backup"],
+                    enforce_mode=True)
     result.update(mode="%04o" % mode, cdi_version=spec["cdiVersion"], devices=info["device_names"], driver_version=info["driver_version"],
                   library_dir=info["library_dir"], hook=info["hook"], source=used, spec=spec)
     return result

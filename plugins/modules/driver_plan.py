@@ -2,6 +2,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -204,6 +205,7 @@ import platform
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import path_problem
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_facts import gather
 
 
@@ -258,11 +260,21 @@ def main():
                            required_one_of=[("branch", "version")])
     params = module.params
     root = params["root"]
+    problem = path_problem(root, "root")
+    if problem:
+        module.fail_json(msg=problem)
+    if not os.path.isdir(root):
+        module.fail_json(msg="root %s is not a directory" % root)
     gpu = params["gpu_facts"]
     if not gpu or "os" not in gpu or "driver" not in gpu:
         gpu, warnings = gather(root, ("pci", "kernel", "driver"))
         for warning in warnings:
             module.warn(warning)
+    try:
+        _driver.check_facts(gpu)
+        _driver.check_request(dict(request(params), arch=params["arch"]))
+    except _driver.PlanError as exc:
+        module.fail_json(msg=str(exc), remediation=exc.remediation or "")
     family = _driver.os_family(gpu.get("os") or {})[0]
     held = _driver.read_dpkg_held(root) if family in ("debian", "ubuntu") else _driver.read_versionlock(root)
     host = _driver.host_from_facts(gpu, installed=installed_packages(module, root, family),

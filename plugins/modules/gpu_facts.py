@@ -2,6 +2,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -40,8 +41,8 @@ options:
     default: /
   gfd_config:
     description:
-      - A device plugin / GPU Feature Discovery config (the upstream C(version: v1) format with C(flags)
-        and C(sharing)) the GFD labels are computed under, as GFD computes them with C(--config-file):
+      - A device plugin / GPU Feature Discovery config (the upstream C(version) v1 format with C(flags)
+        and C(sharing)) the GFD labels are computed under, as GFD computes them with C(--config-file) -
         time-slicing or MPS replicas change C(nvidia.com/gpu.replicas), C(gpu.sharing-strategy),
         C(gpu.product) (C(-SHARED)) and C(mps.capable).
       - Omitted, the labels are those of GFD without a config file.
@@ -202,10 +203,13 @@ ansible_facts:
           returned: always
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import path_problem
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_facts import SubsetError, gather, resolve_subsets
-from ansible_collections.gpuops.nvidia.plugins.module_utils._labels import GFDConfigError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._labels import GFDConfigError, parse_config
 
 
 def argument_spec():
@@ -222,6 +226,17 @@ def main():
         subsets = resolve_subsets(module.params["gather_subset"])
     except SubsetError as exc:
         module.fail_json(msg=str(exc))
+    root = module.params["root"]
+    problem = path_problem(root, "root")
+    if problem:
+        module.fail_json(msg=problem)
+    if not os.path.isdir(root):
+        module.fail_json(msg="root %s is not a directory (the node tree to read /sys, /proc and /etc under)" % root)
+    try:
+        # checked whether or not the node has GPUs (the labels, and so the config, are only read with GPUs)
+        parse_config(module.params["gfd_config"])
+    except GFDConfigError as exc:
+        module.fail_json(msg="gfd_config: %s" % exc)
     try:
         facts, warnings = gather(module.params["root"], subsets, gfd_config=module.params["gfd_config"])
     except GFDConfigError as exc:

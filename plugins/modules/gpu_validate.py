@@ -2,6 +2,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -183,6 +184,7 @@ msg:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _validate
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import path_problem
 
 
 def argument_spec():
@@ -205,10 +207,30 @@ def argument_spec():
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     p = module.params
+    if not p["checks"]:
+        module.fail_json(msg="checks must name at least one check (%s): an empty list validates nothing"
+                             % ", ".join(_validate.CHECKS))
     if p["cuda_elements"] < 1:
         module.fail_json(msg="cuda_elements must be at least 1")
     if p["cuda_device"] != "all" and not p["cuda_device"].isdigit():
         module.fail_json(msg="cuda_device must be 'all' or a CUDA device ordinal, got %r" % p["cuda_device"])
+    if p["command_timeout"] < 1:
+        module.fail_json(msg="command_timeout must be at least 1 second, got %d" % p["command_timeout"])
+    problems = [path_problem(p["runtime_path"], "runtime_path"), path_problem(p["kubelet_dir"], "kubelet_dir")]
+    problems += [path_problem(d, "cdi_spec_dirs") for d in p["cdi_spec_dirs"] or []]
+    if p["hook_path"] is not None:
+        problems.append(path_problem(p["hook_path"], "hook_path"))
+    if "toolkit" in p["checks"] and not p["cdi_spec_dirs"]:
+        problems.append("cdi_spec_dirs must list at least one directory for the toolkit check")
+    cmd = p["containerd_config_dump_cmd"]
+    if cmd and any(not (w or "").strip() for w in cmd):
+        problems.append("containerd_config_dump_cmd must be an argv list without empty words, got %r" % (cmd,))
+    for option in ("runtime_name", "resource_name"):
+        if not (p[option] or "").strip() or any(c.isspace() for c in p[option]):
+            problems.append("%s must be a non-empty name without spaces, got %r" % (option, p[option]))
+    problems = [x for x in problems if x]
+    if problems:
+        module.fail_json(msg="; ".join(problems))
     options = dict((k, p[k]) for k in _validate.DEFAULTS if k in p)
     result = _validate.validate(p["checks"], _validate.Context(options))
     if not result["ok"] and p["fail_on_error"]:

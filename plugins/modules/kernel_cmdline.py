@@ -144,7 +144,12 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._files import ensure_file, read_text, remove_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
+    ensure_file,
+    read_text,
+    remove_file,
+    target_problem,
+)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kernel_cmdline import (
     GRUB_DROPIN,
     REGEN_PENDING,
@@ -284,6 +289,8 @@ def do_systemd_boot(module, args, state):
 
 def run(module):
     p = module.params
+    if not p["args"]:
+        module.fail_json(msg="args must name at least one kernel argument (key or key=value)")
     try:
         validate_args(p["args"])
     except CmdlineError as exc:
@@ -295,10 +302,19 @@ def run(module):
             module.fail_json(msg="cannot tell which boot loader this host uses (no update-grub/grub-mkconfig with "
                                  "/etc/default/grub, no grubby with BLS entries, no systemd-boot); set bootloader")
     handler = {"grub": do_grub, "grubby": do_grubby, "systemd-boot": do_systemd_boot}[bootloader]
+    # the files this run may read and replace, checked before anything changes
+    targets = {"grub": [GRUB_DROPIN], "systemd-boot": [SYSTEMD_BOOT_CMDLINE]}.get(bootloader, [])
+    if p["update_bootloader"] and not module.check_mode and targets:
+        targets.append(REGEN_PENDING)
+    problems = [x for x in (target_problem(t) for t in targets) if x]
+    if problems:
+        module.fail_json(msg="%s; nothing was changed" % "; ".join(problems), bootloader=bootloader)
     try:
         r, configured = handler(module, p["args"], p["state"])
     except CmdlineError as exc:
         module.fail_json(msg=str(exc), bootloader=bootloader)
+    except OSError as exc:  # a file that became unreadable or unwritable after the checks above
+        module.fail_json(msg="%s: %s" % (bootloader, exc), bootloader=bootloader)
     running = split_cmdline(read_text("/proc/cmdline") or "")
     pending = unmet(running, p["args"], p["state"])
     result = dict(changed=r["changed"], bootloader=bootloader, configured=configured, running=running,

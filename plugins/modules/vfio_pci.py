@@ -37,6 +37,8 @@ options:
     description:
       - PCI addresses (V(0000:41:00.0) or V(41:00.0)), C(vendor:device) IDs (V(10de:2335), every match) or
         V(all_nvidia) (every NVIDIA display-class function).
+      - PCI bridges (class 0x06xx other than 0x0680) are refused before anything changes; name the functions
+        behind the bridge instead.
     type: list
     elements: str
     required: true
@@ -165,7 +167,13 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._files import ensure_file, read_text, remove_file
+from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
+    ensure_file,
+    path_problem,
+    read_text,
+    remove_file,
+    target_problem,
+)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import read_pci_devices, sysfs_path
 from ansible_collections.gpuops.nvidia.plugins.module_utils._vfio import (
     INITRAMFS_PENDING,
@@ -223,11 +231,23 @@ def _update_initramfs(module):
     return True
 
 
+def check_params(module):
+    """Refuse bad paths before anything is read."""
+    p = module.params
+    problems = [x for x in (path_problem(p["root"], "root"), path_problem(p["initramfs_marker"], "initramfs_marker"))
+                if x]
+    if problems:
+        module.fail_json(msg="; ".join(problems))
+    if not os.path.isdir(p["root"]):
+        module.fail_json(msg="root %s is not a directory" % p["root"])
+
+
 def run(module):
     p = module.params
     root = p["root"]
     if not p["devices"]:
         module.fail_json(msg="devices must name at least one device")
+    check_params(module)
     state_path = _target_path(root, STATE_FILE)
     try:
         state_text = read_text(state_path)
@@ -245,6 +265,12 @@ def run(module):
         before = "".join("%s: %s\n" % (a["bdf"], a["from"] or "(no driver)") for a in pl["actions"])
         after = "".join("%s: %s\n" % (a["bdf"], a["to"] or "(default driver)") for a in pl["actions"])
         diffs.append({"before": before, "after": after, "before_header": "drivers", "after_header": "drivers"})
+
+    # every file this run may replace (and the initramfs marker) must be replaceable before a driver moves
+    problems = [x for x in (target_problem(_target_path(root, path)) for path in sorted(pl["files"])) if x]
+    problems += [x for x in [target_problem(_target_path(root, p["initramfs_marker"]))] if x]
+    if problems:
+        module.fail_json(msg="%s; nothing was changed" % "; ".join(problems))
 
     # runtime first: a failed bind leaves the persistence files as they were, and every function moved in
     # this run goes back to the driver it had (apply_actions); the failure is reported, never swallowed.
@@ -264,17 +290,27 @@ def run(module):
     # regeneration succeeded (here, or in the vfio role when update_initramfs=false)
     marker = _target_path(root, p["initramfs_marker"])
     modprobe_target = _target_path(root, MODPROBE_CONF)
-    if (not module.check_mode and MODPROBE_CONF in pl["files"]
-            and read_text(modprobe_target) != pl["files"][MODPROBE_CONF]):
-        mark_pending(marker, "%s changed\n" % MODPROBE_CONF)
+    try:
+        if (not module.check_mode and MODPROBE_CONF in pl["files"]
+                and read_text(modprobe_target) != pl["files"][MODPROBE_CONF]):
+            mark_pending(marker, "%s changed\n" % MODPROBE_CONF)
+    except OSError as exc:
+        module.fail_json(msg="cannot mark the initramfs stale in %s: %s; the drivers are as reported in actions, "
+                             "the persistence files were not written: fix it and rerun" % (marker, exc),
+                         changed=bool(pl["actions"]), actions=pl["actions"])
 
     files, modprobe_changed = {}, False
     for path, content in pl["files"].items():
         target = _target_path(root, path)
-        if content is None:
-            r = remove_file(module, target)
-        else:
-            r = ensure_file(module, target, content, mode=0o644)
+        try:
+            if content is None:
+                r = remove_file(module, target)
+            else:
+                r = ensure_file(module, target, content, mode=0o644)
+        except OSError as exc:
+            module.fail_json(msg="cannot write %s: %s; the drivers are as reported in actions, but their persistence "
+                                 "across reboots is incomplete: fix the file and rerun" % (target, exc),
+                             changed=bool(pl["actions"]) or any(files.values()), actions=pl["actions"], files=files)
         files[path] = r["changed"]
         if r.get("diff"):
             diffs.append(r["diff"])
