@@ -16,7 +16,6 @@ CDI spec at container start, as on any GPU node.  Env mirrors NVIDIA's CUDA base
 from __future__ import annotations
 
 import argparse
-import glob
 import hashlib
 import io
 import json
