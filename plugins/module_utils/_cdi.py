@@ -170,6 +170,14 @@ def _s(v):
     return v.decode() if isinstance(v, bytes) else v
 
 
+def _is_script(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"#!"
+    except OSError:
+        return False
+
+
 def _first_existing(root, paths):
     return [p for p in paths if os.path.exists(_p(root, p))]
 
@@ -286,7 +294,9 @@ def build_spec(root="/", gpus=None, version=None, naming=("index", "uuid"), libr
     for b in BINARIES:
         for d in bin_dirs or DEFAULT_BIN_DIRS:
             path = "%s/%s" % (d, b)
-            if b not in seen and os.path.isfile(_p(root, path)):
+            # the executable itself: a wrapper script (e.g. /usr/bin/nvidia-smi exec'ing
+            # /usr/local/nvidia/bin/nvidia-smi, seen on the lent H200) is useless in a container
+            if b not in seen and os.path.isfile(_p(root, path)) and not _is_script(_p(root, path)):
                 mounts.append(_mount(path))
                 seen.add(b)
     mounts.extend(_mount(p) for p in firmware_files(root, version))

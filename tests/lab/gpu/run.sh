@@ -76,7 +76,9 @@ cp tests/lab/gpu/node/containerd-config.toml /etc/containerd/config.toml
 cp /etc/containerd/config.toml "$RES/containerd-config.before.toml"
 "$LANE/containerd.sh" start || { check containerd-start 1 "see logs/containerd.log"; }
 "$PY" tests/lab/gpu/node/mkimage.py --name gpuops.local/node-check:lane --pause "$LANE/bin/pause" \
-    --busybox "$LANE/bin/busybox" --cuda-check plugins/module_utils/_cuda.py --out "$LANE/image.tar"
+    --busybox "$LANE/bin/busybox" --cuda-check plugins/module_utils/_cuda.py --out "$LANE/image.tar" \
+    --libs-for $(ls /usr/local/nvidia/lib64/libcuda.so.1 /usr/local/nvidia/lib64/libnvidia-ml.so.1 /usr/local/nvidia/bin/nvidia-smi \
+                  /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/bin/nvidia-smi 2>/dev/null)
 ctr -n k8s.io images import "$LANE/image.tar" && ctr -n k8s.io images ls -q | grep -q node-check
 check image-import $? "pod image from the host's files, imported with ctr images import"
 

@@ -138,7 +138,11 @@ def build(args):
     elves = [exe] + [f for f in files if f.endswith(".so")]
     for f in files:
         layer.host_file(f)
-    for lib in sorted(needed_libs(elves)):
+    # what the driver's user-space needs from the image (libcuda: libdl, libpthread, librt, libm, ...;
+    # nvidia-smi), found on the host; the driver's own files stay out (CDI brings them)
+    extra = [f for f in args.libs_for if os.path.exists(f)]
+    driver_dirs = tuple(os.path.realpath(d) + "/" for d in args.driver_dir)
+    for lib in sorted(needed_libs(elves) | {x for x in needed_libs(extra) if not os.path.realpath(x).startswith(driver_dirs)}):
         layer.host_file(lib)
         real = os.path.realpath(lib)
         if real != lib:
@@ -201,6 +205,8 @@ def main():
     ap.add_argument("--busybox", required=True)
     ap.add_argument("--cuda-check", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--libs-for", nargs="*", default=[], help="host ELF files whose shared libraries the image must hold")
+    ap.add_argument("--driver-dir", nargs="*", default=["/usr/local/nvidia"], help="driver dirs whose files stay out")
     args = ap.parse_args()
     layer, n = build(args)
     digest = oci_archive(layer, args.name, args.out)
