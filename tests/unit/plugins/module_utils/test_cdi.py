@@ -214,3 +214,13 @@ def test_nvml_enumeration_with_mig(h200):
     spec, info = build_spec(root=h200, gpus=gpus, library_dirs=["/usr/local/nvidia/lib64"])
     assert info["device_names"] == ["0:0", "MIG-3-0", "all"]
     assert gpus_from_nvml(FakeNVML(mig=[]), h200)[0]["mig"] == []
+
+
+def test_wrapper_script_is_not_mounted_as_the_binary(h200):
+    """Seen on a lent H200: /usr/bin/nvidia-smi is a shell wrapper exec'ing /usr/local/nvidia/bin/nvidia-smi;
+    mounting the wrapper gave containers an nvidia-smi that cannot run ("exec: ... not found")."""
+    _touch(h200 + "/usr/bin/nvidia-smi", "#!/bin/sh\n# wrapper\nexec /usr/local/nvidia/bin/nvidia-smi \"$@\"\n")
+    spec, _info = build_spec(root=h200, library_dirs=["/usr/local/nvidia/lib64"])
+    paths = [m["hostPath"] for m in spec["containerEdits"]["mounts"]]
+    assert "/usr/bin/nvidia-smi" not in paths
+    assert "/usr/local/nvidia/bin/nvidia-smi" in paths
