@@ -41,42 +41,42 @@ PTX = r"""//
 .address_size 64
 
 .visible .entry vectorAdd(
-	.param .u64 vectorAdd_param_0,
-	.param .u64 vectorAdd_param_1,
-	.param .u64 vectorAdd_param_2,
-	.param .u32 vectorAdd_param_3
+    .param .u64 vectorAdd_param_0,
+    .param .u64 vectorAdd_param_1,
+    .param .u64 vectorAdd_param_2,
+    .param .u32 vectorAdd_param_3
 )
 {
-	.reg .pred 	%p<2>;
-	.reg .f32 	%f<4>;
-	.reg .b32 	%r<6>;
-	.reg .b64 	%rd<11>;
+    .reg .pred  %p<2>;
+    .reg .f32  %f<4>;
+    .reg .b32  %r<6>;
+    .reg .b64  %rd<11>;
 
-	ld.param.u64 	%rd1, [vectorAdd_param_0];
-	ld.param.u64 	%rd2, [vectorAdd_param_1];
-	ld.param.u64 	%rd3, [vectorAdd_param_2];
-	ld.param.u32 	%r2, [vectorAdd_param_3];
-	mov.u32 	%r3, %ctaid.x;
-	mov.u32 	%r4, %ntid.x;
-	mov.u32 	%r5, %tid.x;
-	mad.lo.s32 	%r1, %r3, %r4, %r5;
-	setp.ge.s32 	%p1, %r1, %r2;
-	@%p1 bra 	$L__BB0_2;
+    ld.param.u64  %rd1, [vectorAdd_param_0];
+    ld.param.u64  %rd2, [vectorAdd_param_1];
+    ld.param.u64  %rd3, [vectorAdd_param_2];
+    ld.param.u32  %r2, [vectorAdd_param_3];
+    mov.u32  %r3, %ctaid.x;
+    mov.u32  %r4, %ntid.x;
+    mov.u32  %r5, %tid.x;
+    mad.lo.s32  %r1, %r3, %r4, %r5;
+    setp.ge.s32  %p1, %r1, %r2;
+    @%p1 bra  $L__BB0_2;
 
-	cvta.to.global.u64 	%rd4, %rd1;
-	mul.wide.s32 	%rd5, %r1, 4;
-	add.s64 	%rd6, %rd4, %rd5;
-	cvta.to.global.u64 	%rd7, %rd2;
-	add.s64 	%rd8, %rd7, %rd5;
-	ld.global.f32 	%f1, [%rd8];
-	ld.global.f32 	%f2, [%rd6];
-	add.f32 	%f3, %f2, %f1;
-	cvta.to.global.u64 	%rd9, %rd3;
-	add.s64 	%rd10, %rd9, %rd5;
-	st.global.f32 	[%rd10], %f3;
+    cvta.to.global.u64  %rd4, %rd1;
+    mul.wide.s32  %rd5, %r1, 4;
+    add.s64  %rd6, %rd4, %rd5;
+    cvta.to.global.u64  %rd7, %rd2;
+    add.s64  %rd8, %rd7, %rd5;
+    ld.global.f32  %f1, [%rd8];
+    ld.global.f32  %f2, [%rd6];
+    add.f32  %f3, %f2, %f1;
+    cvta.to.global.u64  %rd9, %rd3;
+    add.s64  %rd10, %rd9, %rd5;
+    st.global.f32  [%rd10], %f3;
 
 $L__BB0_2:
-	ret;
+    ret;
 }
 """
 
@@ -295,7 +295,7 @@ def vector_add_device(drv, ordinal, elements=DEFAULT_ELEMENTS, ptx=PTX):
         module = _load_module(drv, ptx)
         func = ctypes.c_void_p()
         drv.call("cuModuleGetFunction", ctypes.pointer(func), module, KERNEL_NAME.encode("ascii"))
-        for _ in range(3):
+        for _buffer in range(3):
             ptr = ctypes.c_uint64(0)
             drv.call("cuMemAlloc_v2", ctypes.pointer(ptr), nbytes)
             dptrs.append(ptr.value)
@@ -391,7 +391,7 @@ def check(elements=DEFAULT_ELEMENTS, device="all", lib=None, ptx=PTX):
         else:
             ordinal = int(device)
             if not 0 <= ordinal < out["device_count"]:
-                out["error"] = "device %d requested, %d present" % (ordinal, out["device_count"])
+                out["error"] = "device %s requested, %s present" % (ordinal, out["device_count"])
                 return out
             ordinals = [ordinal]
         out["devices"] = [vector_add_device(drv, i, elements, ptx) for i in ordinals]

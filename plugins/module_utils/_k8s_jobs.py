@@ -20,6 +20,8 @@ import re
 
 NAME_MAX = 63
 NODE_LABEL = "gpuops.nvidia/node"
+
+
 class JobsInputError(ValueError):
     """Names or resources of the wrong shape; the message says which."""
 
@@ -58,7 +60,7 @@ def _resources(values, what):
         return []
     if not isinstance(values, (list, tuple)):
         raise JobsInputError("{} must be a list of Kubernetes resources (k8s_info's resources), got {} {!r}"
-                         .format(what, type(values).__name__, values))
+                             .format(what, type(values).__name__, values))
     return [_resource(r, what, i) for i, r in enumerate(values)]
 
 
@@ -90,7 +92,7 @@ def jobs(nodes, prefix, key):
     nodes = _names(nodes, "nodes")
     if not isinstance(prefix, str) or not PREFIX_RE.match(prefix) or len(prefix) > 40:
         raise JobsInputError("the Job name prefix must be a DNS label of at most 40 characters (lower-case letters, "
-                         "digits, '-'), got {!r}".format(prefix))
+                             "digits, '-'), got {!r}".format(prefix))
     out = [{"name": job_name(prefix, key, n), "node": n, "node_label": node_label_value(n)}
            for n in sorted(set(nodes or []))]
     names = [j["name"] for j in out]
@@ -104,7 +106,7 @@ def job_state(job):
     conds = (job.get("status") or {}).get("conditions") or []
     if not isinstance(conds, list) or not all(isinstance(c, dict) for c in conds):
         raise JobsInputError("Job {}: status.conditions must be a list of mappings, got {!r}"
-                         .format((job.get("metadata") or {}).get("name"), conds))
+                             .format((job.get("metadata") or {}).get("name"), conds))
     for c in conds:
         if c.get("status") == "True" and c.get("type") in ("Complete", "SuccessCriteriaMet"):
             return "complete"
@@ -139,7 +141,7 @@ def gpu_allocatable(node):
     alloc = (node.get("status") or {}).get("allocatable") or {}
     if not isinstance(alloc, dict):
         raise JobsInputError("Node {}: status.allocatable must be a mapping, got {!r}"
-                         .format((node.get("metadata") or {}).get("name"), alloc))
+                             .format((node.get("metadata") or {}).get("name"), alloc))
     total = 0
     for key, value in alloc.items():
         if key == "nvidia.com/gpu" or key.startswith("nvidia.com/mig-"):

@@ -445,7 +445,10 @@ def spec_paths(spec):
         for hook in edits.get("hooks") or []:
             if isinstance(hook, dict) and hook.get("path"):
                 hooks.append(str(hook["path"]))
-    uniq = lambda xs: sorted(set(xs))  # noqa: E731
+
+    def uniq(xs):
+        return sorted(set(xs))
+
     return uniq(nodes), uniq(mounts), uniq(hooks)
 
 
@@ -536,7 +539,7 @@ def check_cuda(ctx, detail):
     if res["ok"]:
         n = len(res["devices"])
         return None, "vectorAdd on %d device%s, %d elements, 0 mismatches" % (n, "" if n == 1 else "s",
-                                                                               res["elements"])
+                                                                              res["elements"])
     problems = []
     for dev in res["devices"]:
         if dev["error"]:
@@ -545,7 +548,7 @@ def check_cuda(ctx, detail):
             problems.append(_cuda.describe(dev) + ": wrong results from the GPU")
     if not res["devices"]:
         problems.append("%s%s%s" % (res["error"], " in %s" % res["call"] if res.get("call") else "",
-                                     " (%s)" % res["hint"] if res.get("hint") else ""))
+                                    " (%s)" % res["hint"] if res.get("hint") else ""))
     return "; ".join(problems), "vectorAdd failed"
 
 

@@ -675,7 +675,7 @@ FILTER_CASES = {
     "k8s_job_outcomes: resources a mapping": (fk.k8s_job_outcomes, ({"items": []}, []), {}),
     "k8s_job_outcomes: wanted a string": (fk.k8s_job_outcomes, ([], "job-a"), {}),
     "k8s_job_outcomes: status a string": (fk.k8s_job_outcomes, ([{"metadata": {"name": "j"}, "status": "Complete"}],
-                                                               ["j"]), {}),
+                                                                ["j"]), {}),
 }
 
 

@@ -136,7 +136,7 @@ def test_no_modes_no_objects():
 
 
 def test_no_reauthored_dashboard_is_shipped():
-    shipped = [os.path.join(d, f) for d, _, fs in os.walk(ROLE.path) for f in fs if f.endswith(".json")]
+    shipped = [os.path.join(d, f) for d, _dirs, fs in os.walk(ROLE.path) for f in fs if f.endswith(".json")]
     assert shipped == []
 
 
@@ -217,8 +217,8 @@ DECIDE = "Decide on the dashboard objects (applied, and those of other modes rem
     ("absent", "grafana-operator", False, [], ["configmap"]),
 ])
 def test_dashboard_decisions(state, mode, crd, apply, remove):
-    _, facts = ROLE.set_fact("prepare.yml", DECIDE, dcgm_exporter_state=state, dcgm_exporter_dashboard=mode,
-                             _dcgm_exporter_gd_crd={"resources": [{}] if crd else []})
+    _ok, facts = ROLE.set_fact("prepare.yml", DECIDE, dcgm_exporter_state=state, dcgm_exporter_dashboard=mode,
+                               _dcgm_exporter_gd_crd={"resources": [{}] if crd else []})
     assert facts == {"_dcgm_exporter_dashboard_apply": apply, "_dcgm_exporter_dashboard_remove": remove}
 
 
@@ -243,8 +243,8 @@ def test_dashboard_json_given_as_text_mapping_or_path(form, tmp_path):
     ok, facts = ROLE.set_fact("prepare.yml", "Is a dashboard JSON given (air-gapped sites)",
                               dcgm_exporter_dashboard="configmap", dcgm_exporter_dashboard_json=given)
     assert facts["_dcgm_exporter_dashboard_json_given"] is True
-    _, model = ROLE.set_fact("prepare.yml", "Load and parse the dashboard JSON", dcgm_exporter_json_unused=0,
-                             dcgm_exporter_dashboard_json=given)
+    _ok, model = ROLE.set_fact("prepare.yml", "Load and parse the dashboard JSON", dcgm_exporter_json_unused=0,
+                               dcgm_exporter_dashboard_json=given)
     assert model["_dcgm_exporter_dashboard_model"] == DASH
 
 
@@ -254,10 +254,10 @@ def test_dashboard_json_given_as_text_mapping_or_path(form, tmp_path):
     ("grafana-operator", "Prometheus", "${DS_PROMETHEUS}"),  # the operator resolves spec.datasources
 ])
 def test_ds_prometheus_resolution(mode, datasource, expect):
-    _, facts = ROLE.set_fact("prepare.yml", "Dashboard JSON text (${DS_PROMETHEUS} resolved for the ConfigMap, "
-                             "as Grafana's import does)", dcgm_exporter_dashboard=mode,
-                             dcgm_exporter_dashboard_datasource=datasource, _dcgm_exporter_dashboard_model=DASH,
-                             _dcgm_exporter_dashboard_json_given=True)
+    _ok, facts = ROLE.set_fact("prepare.yml", "Dashboard JSON text (${DS_PROMETHEUS} resolved for the ConfigMap, "
+                               "as Grafana's import does)", dcgm_exporter_dashboard=mode,
+                               dcgm_exporter_dashboard_datasource=datasource, _dcgm_exporter_dashboard_model=DASH,
+                               _dcgm_exporter_dashboard_json_given=True)
     assert json.loads(facts["_dcgm_exporter_dashboard_json_text"])["panels"][0]["datasource"] == expect
 
 
@@ -266,8 +266,8 @@ def test_ds_prometheus_resolution(mode, datasource, expect):
     ("grafana-operator", "{}", True),
 ])
 def test_json_given_only_when_it_matters(mode, given, expect):
-    _, facts = ROLE.set_fact("prepare.yml", "Is a dashboard JSON given (air-gapped sites)",
-                             dcgm_exporter_dashboard=mode, dcgm_exporter_dashboard_json=given)
+    _ok, facts = ROLE.set_fact("prepare.yml", "Is a dashboard JSON given (air-gapped sites)",
+                               dcgm_exporter_dashboard=mode, dcgm_exporter_dashboard_json=given)
     assert facts["_dcgm_exporter_dashboard_json_given"] is expect
 
 

@@ -51,7 +51,7 @@ def play(tmp_path, role, tasks_from, extra, check=False):
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-tmp"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_RETRY_FILES_ENABLED="0")
     cmd = [PLAYBOOK, "-i", "localhost,", str(book), "-e", "@%s" % evars] + (["--check"] if check else [])
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(tmp_path), timeout=300)
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(tmp_path), timeout=300, check=False)
 
 
 def recap(res):

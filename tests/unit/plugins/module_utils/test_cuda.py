@@ -68,7 +68,7 @@ def test_ptx_instructions_and_registers():
     for needed in ("ld.param.u64", "ld.param.u32", "mov.u32", "mad.lo.s32", "setp.ge.s32", "bra", "cvta.to.global.u64",
                    "mul.wide.s32", "add.s64", "ld.global.f32", "add.f32", "st.global.f32", "ret"):
         assert needed in ops, needed
-    assert "mov.u32 \t%r3, %ctaid.x;" in body and "%ntid.x" in body and "%tid.x" in body
+    assert re.search(r"mov\.u32\s+%r3, %ctaid\.x;", body) and "%ntid.x" in body and "%tid.x" in body
     assert re.search(r"mad\.lo\.s32\s+%r1, %r3, %r4, %r5;", body)
     assert re.search(r"setp\.ge\.s32\s+%p1, %r1, %r2;", body)
     assert re.search(r"@%p1 bra\s+\$L__BB0_2;", body)
@@ -104,7 +104,7 @@ def test_every_called_entry_point_is_typed_for_the_real_library():
     _cuda.check(elements=10, lib=fake)
     assert set(fake.calls) <= set(_cuda.SIGNATURES)
     assert all(name in _cuda.SIGNATURES for name in ("cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyHtoD_v2",
-                                                      "cuMemcpyDtoH_v2", "cuDevicePrimaryCtxRelease_v2"))
+                                                     "cuMemcpyDtoH_v2", "cuDevicePrimaryCtxRelease_v2"))
     assert _cuda.SIGNATURES["cuMemFree_v2"][0] is __import__("ctypes").c_uint64
 
 

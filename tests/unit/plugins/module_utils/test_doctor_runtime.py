@@ -238,7 +238,7 @@ def test_containerd_v3_runtime_missing(h200):
 
 def test_containerd_dropin_without_nvidia_names_the_imports(h200):
     tree = dict(GOOD_V3, **{"/etc/containerd/conf.d/99-nvidia.toml": "version = 3\n",
-                           "/etc/containerd/conf.d/10-mirrors.toml": "version = 3\n"})
+                            "/etc/containerd/conf.d/10-mirrors.toml": "version = 3\n"})
     f = only(diagnose(h200, tree), "nvidia-runtime-missing")
     assert "its imports (/etc/containerd/conf.d/10-mirrors.toml, /etc/containerd/conf.d/99-nvidia.toml)" in f["summary"]
 

@@ -309,7 +309,7 @@ def run_compare(tmp_path, gfd_text, ours, *extra):
     ours_path.write_text(ours if isinstance(ours, str) else json.dumps(ours))
     out = tmp_path / "report.json"
     proc = subprocess.run([sys.executable, COMPARE, "--gfd", str(gfd), "--ours", str(ours_path), "--out", str(out)] + list(extra),
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
     report = json.loads(out.read_text()) if out.exists() else None
     return proc, report
 

@@ -151,7 +151,8 @@ def source_dropin(tmp_path, text, default="quiet splash"):
     script = 'GRUB_CMDLINE_LINUX_DEFAULT="$2"; . "$1" || exit 97; printf "%s" "$GRUB_CMDLINE_LINUX_DEFAULT"'
     res = subprocess.run(["/bin/sh", "-c", script, "sh", str(path), default], cwd=str(tmp_path),
                          capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                                                              "HOME": str(tmp_path)})
+                                                              "HOME": str(tmp_path)},
+                         check=False)
     assert res.returncode == 0 and res.stderr == "", res
     return res.stdout
 

@@ -259,7 +259,9 @@ def test_toolkit_runtime_and_hook_must_execute(tmp_path):
     r = v.run_check("toolkit", ctx(**opts))
     assert "`%s --version` exited 3: boom" % opts["runtime_path"] in r["error"]
     assert "CDI hook %s/usr/bin/nvidia-cdi-hook is not executable" % root in r["error"]
-    r = v.run_check("toolkit", ctx(**dict(opts, runtime_path=str(tmp_path / "missing"))))
+    missing = dict(opts)
+    missing["runtime_path"] = str(tmp_path / "missing")
+    r = v.run_check("toolkit", ctx(**missing))
     assert "runtime %s does not exist" % (tmp_path / "missing") in r["error"]
 
 

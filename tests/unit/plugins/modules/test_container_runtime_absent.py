@@ -460,7 +460,7 @@ def test_cdi_spec_absent_removes_only_the_spec(tmp_path, capsys):
     other = cdi / "other.yaml"
     other.write_text("kind: example.com/x\n")
     rc, res = call(capsys, cdi_spec.main, {"path": str(spec), "state": "absent",
-                                                 "_ansible_check_mode": True, "_ansible_diff": True})
+                                           "_ansible_check_mode": True, "_ansible_diff": True})
     assert res["changed"] and spec.exists()
     assert res["diff"]["before"].startswith("cdiVersion") and res["diff"]["after"] == ""
     rc, res = call(capsys, cdi_spec.main, {"path": str(spec), "state": "absent", "_ansible_diff": True})

@@ -42,7 +42,11 @@ class Host:
         monkeypatch.setattr(km, "REGEN_PENDING", self.marker, raising=False)
         monkeypatch.setattr(km, "_kernel_image", lambda kver: "/boot/vmlinuz-test", raising=False)
         monkeypatch.setattr(AnsibleModule, "get_bin_path", self.get_bin_path)
-        monkeypatch.setattr(AnsibleModule, "run_command", lambda module, args, **kw: self.run_command(module, args, **kw))
+
+        def run_command(module, args, **kw):
+            return self.run_command(module, args, **kw)
+
+        monkeypatch.setattr(AnsibleModule, "run_command", run_command)
         real_ensure = km.ensure_file
 
         def ensure_file(module, path, content, *a, **kw):
