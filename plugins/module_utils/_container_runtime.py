@@ -31,6 +31,7 @@ import tempfile
 import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
+    _fsync_dir,
     backup_copy,
     path_problem,
     read_bytes_of,
@@ -457,7 +458,7 @@ def _reader(read):
 
 DEFAULT_STATE_DIR = "/var/lib/gpuops/container_runtime"
 RECORD_FORMAT = 1
-_OURS_HEADER = DROPIN_HEADER.split("%s")[0]
+_OURS_HEADER = DROPIN_HEADER.split("%s", maxsplit=1)[0]
 
 
 def sha256_of(data):
@@ -581,6 +582,26 @@ class RecordStore(object):
         else:
             self._write(self.record_path(path), raw)
 
+    def restart_marker(self, path):
+        """``<state_dir>/<sha256 of the config's real path>.restart-pending``: present from before the first write
+        of a change that needs a daemon restart until a restart after it came back healthy."""
+        return os.path.join(self.dir, hashlib.sha256(os.path.realpath(path).encode("utf-8")).hexdigest()
+                            + ".restart-pending")
+
+    def restart_pending(self, path):
+        return os.path.exists(self.restart_marker(path))
+
+    def mark_restart(self, path, runtime):
+        self._write(self.restart_marker(path), ("runtime=%s\nconfig=%s\n" % (runtime, path)).encode("utf-8"))
+
+    def clear_restart(self, path):
+        marker = self.restart_marker(path)
+        try:
+            os.unlink(marker)
+        except FileNotFoundError:
+            return
+        _fsync_dir(self.dir)
+
     def _write(self, target, data):
         if not os.path.isdir(self.dir):
             os.makedirs(self.dir, mode=0o700)
@@ -595,6 +616,7 @@ class RecordStore(object):
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        _fsync_dir(self.dir)
 
 
 def record_after_write(rec, path, runtime, name, before, written, drop_in=None):
@@ -942,7 +964,8 @@ def apply_changes(module, changes, backup=False, backup_dir=None):
                 try:
                     backups[c.path] = backup_copy(module, c.path, backup_dir)
                 except (OSError, IOError) as e:
-                    raise ApplyError("cannot back up %s: %s; nothing was changed" % (c.path, e), [])
+                    raise ApplyError(str(e) if "nothing was changed" in str(e) else
+                                     "cannot back up %s: %s; nothing was changed" % (c.path, e), [])
     done = []
     for c in changes:
         done.append(c)
@@ -1121,35 +1144,102 @@ class Daemon(object):
         return ("\n" + out.strip()) if rc == 0 and out.strip() else ""
 
 
+def _validate_dir(p):
+    """A private directory for validation candidates: under ``<state_dir>/tmp`` (when state_dir exists) or the
+    system temp directory -- never in a directory a daemon loads.  Directories of killed runs are removed."""
+    bases = []
+    sd = p.get("state_dir")
+    if sd and os.path.isdir(sd):
+        bases.append(os.path.join(sd, "tmp"))
+    bases.append(tempfile.gettempdir())
+    last = None
+    for base in bases:
+        try:
+            os.makedirs(base, mode=0o700, exist_ok=True)
+            _clean_stale_validate_dirs(base)
+            return tempfile.mkdtemp(prefix="gpuops-validate-%d." % os.getpid(), dir=base)
+        except OSError as e:
+            last = e
+    raise last
+
+
+def _clean_stale_validate_dirs(base):
+    import shutil
+    prefix = "gpuops-validate-"
+    for n in os.listdir(base):
+        if not n.startswith(prefix):
+            continue
+        pid = n[len(prefix):].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        shutil.rmtree(os.path.join(base, n), ignore_errors=True)
+
+
+def _absolute_imports(imports, parent):
+    """containerd resolves a relative import (and glob) against the directory of the file importing it."""
+    out = []
+    for i in imports:
+        if isinstance(i, str) and i and not os.path.isabs(i):
+            i = os.path.normpath(os.path.join(os.path.dirname(parent) or ".", i))
+        out.append(i)
+    return out
+
+
 def validate_containerd(module, binary, changes, p):
     """``containerd --config <candidate> config dump``; returns dumped data.
 
-    Candidates are written next to the real files (relative imports keep
-    resolving) and removed afterwards.  The dump is containerd's own merged
-    view, so it also proves that drop-in + imports give the expected result.
+    Candidates are written to a private directory (``<state_dir>/tmp`` or the system temp directory),
+    never next to the real files (a glob import or a daemon loading the directory would read them); their
+    relative imports are made absolute so that they resolve as from the real files.  They are removed
+    afterwards (those of a killed run by the next validation).  The dump is containerd's own merged view, so
+    it also proves that drop-in + imports give the expected result.  A candidate that cannot be written
+    raises RuntimeConfigError.
     """
-    import tempfile
-    tmps = {}
+    import shutil
+    d = None
     try:
-        for path, _before, after in changes:
-            d = os.path.dirname(path) or "."
-            if not os.path.isdir(d):
-                d = tempfile.gettempdir()
-            fd, tmp = tempfile.mkstemp(prefix=".gpuops-validate-", suffix=".toml", dir=d)
-            tmps[path] = tmp
-            with os.fdopen(fd, "w") as f:
-                f.write(after)
-        main_path = changes[0][0]
-        main_tmp = tmps[main_path]
-        if len(changes) > 1:
-            drop_in, tmp_drop = changes[1][0], tmps[changes[1][0]]
-            doc = Document(changes[0][2])
-            imports = [tmp_drop if i == drop_in else i for i in doc.data.get("imports", [])]
-            if tmp_drop not in imports:
-                imports.append(tmp_drop)
-            doc.set(("imports",), imports)
-            with open(main_tmp, "w") as f:
-                f.write(doc.text)
+        try:
+            d = _validate_dir(p)
+            tmps = {}
+            for n, (path, _before, _after) in enumerate(changes):
+                tmps[path] = os.path.join(d, "%d-%s" % (n, os.path.basename(path) or "config.toml"))
+            texts = {}
+            for n, (path, _before, after) in enumerate(changes):
+                text = after
+                try:
+                    doc = Document(after)
+                    imports = doc.data.get("imports")
+                except TomlError:
+                    doc, imports = None, None
+                if n == 0 and len(changes) > 1 and doc is not None:
+                    drop_in, tmp_drop = changes[1][0], tmps[changes[1][0]]
+                    imports = _absolute_imports(imports if isinstance(imports, list) else [], path)
+                    imports = [tmp_drop if i == drop_in else i for i in imports]
+                    if tmp_drop not in imports:
+                        imports.append(tmp_drop)
+                    doc.set(("imports",), imports)
+                    text = doc.text
+                elif doc is not None and isinstance(imports, list) and imports:
+                    absolute = _absolute_imports(imports, path)
+                    if absolute != imports:
+                        doc.set(("imports",), absolute)
+                        text = doc.text
+                texts[path] = text
+            for path, _before, _after in changes:
+                fd = os.open(tmps[path], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(texts[path])
+        except OSError as e:
+            raise RuntimeConfigError("cannot write the candidate configuration to validate it: %s; nothing was "
+                                     "changed" % e)
+        main_tmp = tmps[changes[0][0]]
         rc, out, err = module.run_command([binary, "--config", main_tmp, "config", "dump"],
                                           environ_update={"LC_ALL": "C"})
         if rc != 0:
@@ -1159,9 +1249,8 @@ def validate_containerd(module, binary, changes, p):
         except TomlError as e:
             raise RuntimeConfigError("cannot read `containerd config dump` output: %s" % e)
     finally:
-        for tmp in tmps.values():
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        if d is not None:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def dump_has_runtime(dump, p):

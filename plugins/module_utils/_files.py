@@ -10,12 +10,13 @@ outside the collection.
 Every config-editing module goes through :func:`ensure_file` (or, for byte-exact
 multi-file edits, :func:`write_atomic` under :func:`file_lock`) so that:
 
-- writes are atomic: a temp file in the *target's* directory, fsync'd, renamed
-  over the target; a reader sees the old or the new content, never a mix;
+- writes are atomic: a temp file on the target's file system (``<parent>/.gpuops-tmp/``, never inside a
+  directory a daemon loads whole), fsync'd, renamed over the target; a reader sees the old or the new
+  content, never a mix; temp files of killed runs are removed by the next write;
 - a symlink is written *through*: the link's target is replaced, the link stays;
 - an existing file keeps its mode and owner unless a mode is asked for
   (``enforce_mode``); a new file gets exactly ``mode``, whatever the umask;
-- backups go next to the file (``module.backup_local``) or, with ``backup_dir``,
+- backups go next to the file (named like ``module.backup_local`` names them) or, with ``backup_dir``,
   into a directory of their own (needed where the daemon loads every file of the
   config's directory, like ``crio.conf.d``);
 - one exclusive lock per file (``fcntl.flock`` on ``<lock dir>/<sha256 of the
@@ -265,6 +266,78 @@ def current_mode(path):
         return None
 
 
+TMP_DIR_NAME = ".gpuops-tmp"
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def _stale_temps(directory, prefix):
+    """Temp files ``<prefix><pid>.*.tmp`` in ``directory`` whose writer (``pid``) is gone."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    out = []
+    for n in names:
+        if not (n.startswith(prefix) and n.endswith(".tmp")):
+            continue
+        pid = n[len(prefix):].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            out.append(os.path.join(directory, n))
+    return out
+
+
+def clean_stale_temps(real):
+    """Remove the temp files that earlier (killed) writes of the file ``real`` left behind."""
+    directory = os.path.dirname(real) or "."
+    base = os.path.basename(real)
+    for d, prefix in ((os.path.join(os.path.dirname(directory), TMP_DIR_NAME), base + "."),
+                      (directory, ".gpuops-")):
+        for t in _stale_temps(d, prefix):
+            try:
+                os.unlink(t)
+            except OSError:
+                pass
+
+
+def _temp_dir_for(directory):
+    """Where the temp file of a write into ``directory`` goes: ``<parent>/.gpuops-tmp`` when that is on the same
+    file system, so that no temp file ever sits in a directory a daemon loads every file of (CRI-O's
+    ``crio.conf.d``, containerd's ``imports`` globs, ``grub.d``, ``rules.d``...).  None: use ``directory``."""
+    parent = os.path.dirname(directory)
+    if not parent or parent == directory:
+        return None
+    try:
+        if os.stat(parent).st_dev != os.stat(directory).st_dev:
+            return None
+        tmpdir = os.path.join(parent, TMP_DIR_NAME)
+        try:
+            os.mkdir(tmpdir, 0o700)
+        except FileExistsError:
+            pass
+        st = os.lstat(tmpdir)
+        if not stat.S_ISDIR(st.st_mode) or st.st_dev != os.stat(directory).st_dev:
+            return None
+        return tmpdir
+    except OSError:
+        return None
+
+
+def _drop_temp_dir(tmpdir):
+    try:
+        os.rmdir(tmpdir)       # only when empty: another run may be using it
+    except OSError:
+        pass
+
+
 def write_atomic(module, path, data, mode=None, owner=None, default_mode=0o644):
     """Atomically make the file at ``path`` hold the bytes ``data``.
 
@@ -273,6 +346,11 @@ def write_atomic(module, path, data, mode=None, owner=None, default_mode=0o644):
     for a new file).  ``owner`` (uid, gid) enforces the owner; None keeps the
     existing file's.  Returns the real path written.  On any error the target is
     unchanged and no temp file is left behind.
+
+    The temp file is ``<parent of the target's directory>/.gpuops-tmp/<name>.<pid>.<random>.tmp`` (same file
+    system, outside the directory a daemon may load whole), or ``.gpuops-<pid>.<random>.tmp`` in the target's
+    own directory when the parent is on another file system or not writable.  Temp files a killed run left
+    (their pid is gone) are removed by the next write of the same file.
     """
     real = os.path.realpath(path)
     directory = os.path.dirname(real) or "."
@@ -287,7 +365,38 @@ def write_atomic(module, path, data, mode=None, owner=None, default_mode=0o644):
     final_mode = mode if mode is not None else (st.st_mode & 0o7777 if st is not None else default_mode)
     final_owner = owner if owner is not None else ((st.st_uid, st.st_gid) if st is not None else None)
     context = _selinux(module, real, st is not None)
-    fd, tmp = tempfile.mkstemp(prefix=".gpuops-", suffix=".tmp", dir=directory)
+    clean_stale_temps(real)
+    tmpdir = _temp_dir_for(directory)
+    try:
+        try:
+            _write_renamed(real, directory, tmpdir, data, final_mode, final_owner)
+        except OSError as e:
+            at_rename = getattr(e, "gpuops_at_rename", False)
+            if tmpdir is None or (at_rename and e.errno != errno.EXDEV) or (
+                    not at_rename and e.errno not in (errno.ENOENT, errno.ENOSPC, errno.EROFS, errno.EPERM,
+                                                      errno.EACCES, errno.EDQUOT)):
+                raise
+            # the parent's temp directory could not be used (another mount point -- a bind mount --, full,
+            # read-only): write the temp file in the target's own directory
+            _write_renamed(real, directory, None, data, final_mode, final_owner)
+    finally:
+        if tmpdir is not None:
+            _drop_temp_dir(tmpdir)
+    _fsync_dir(directory)
+    if context is not None:
+        try:
+            module.set_context_if_different(real, context, False)
+        except Exception:  # pragma: no cover
+            pass
+    return real
+
+
+def _write_renamed(real, directory, tmpdir, data, final_mode, final_owner):
+    if tmpdir is not None:
+        fd, tmp = tempfile.mkstemp(prefix="%s.%d." % (os.path.basename(real), os.getpid()), suffix=".tmp",
+                                   dir=tmpdir)
+    else:
+        fd, tmp = tempfile.mkstemp(prefix=".gpuops-%d." % os.getpid(), suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -301,36 +410,50 @@ def write_atomic(module, path, data, mode=None, owner=None, default_mode=0o644):
                         raise
             os.fchmod(f.fileno(), final_mode)    # after chown, which may clear set-id bits
             os.fsync(f.fileno())
-        os.rename(tmp, real)
+        try:
+            os.rename(tmp, real)
+        except OSError as e:
+            e.gpuops_at_rename = True
+            raise
         tmp = None
     finally:
         if tmp is not None and os.path.lexists(tmp):
             os.unlink(tmp)
-    _fsync_dir(directory)
-    if context is not None:
-        try:
-            module.set_context_if_different(real, context, False)
-        except Exception:  # pragma: no cover
-            pass
-    return real
 
 
 def backup_copy(module, path, backup_dir=None):
     """Copy the file at ``path`` before it changes; returns the backup's path.
 
-    Without ``backup_dir`` this is ``module.backup_local`` (next to the file).
-    With it, the copy goes to ``<backup_dir>/<real path of the file>.<pid>.<time>~``
-    (mode kept, directories 0700), never into the file's own directory.
+    Without ``backup_dir`` the copy goes next to the file, named like ``module.backup_local`` names it
+    (``<file>.<pid>.<time>~``).  With it, the copy goes to ``<backup_dir>/<real path of the file>.<pid>.<time>~``
+    (mode kept, directories 0700), never into the file's own directory.  A copy that cannot be made (disk
+    full, read-only or immutable directory) raises :class:`FileError` (an OSError) and leaves no partial
+    backup behind.
     """
-    if not backup_dir:
-        return module.backup_local(path)
     real = os.path.realpath(path)
-    dest_dir = os.path.join(backup_dir, os.path.dirname(real).lstrip(os.sep))
-    if not os.path.isdir(dest_dir):
-        os.makedirs(dest_dir, mode=0o700)
-    dest = os.path.join(dest_dir, "%s.%d.%s" % (os.path.basename(real), os.getpid(),
-                                                time.strftime("%Y-%m-%d@%H:%M:%S~")))
-    shutil.copy2(real, dest)
+    stamp = time.strftime("%Y-%m-%d@%H:%M:%S~", time.localtime(time.time()))
+    if not backup_dir:
+        dest = "%s.%d.%s" % (path, os.getpid(), stamp)
+    else:
+        dest_dir = os.path.join(backup_dir, os.path.dirname(real).lstrip(os.sep))
+        try:
+            if not os.path.isdir(dest_dir):
+                os.makedirs(dest_dir, mode=0o700)
+        except OSError as e:
+            raise FileError("cannot back up %s: cannot create %s: %s; nothing was changed"
+                            % (path, dest_dir, e.strerror or e))
+        dest = os.path.join(dest_dir, "%s.%d.%s" % (os.path.basename(real), os.getpid(), stamp))
+    existed = os.path.lexists(dest)
+    try:
+        shutil.copy2(real, dest)
+    except (OSError, shutil.Error) as e:
+        if not existed and os.path.lexists(dest):
+            try:
+                os.unlink(dest)     # never leave a truncated backup that reads as a copy of the file
+            except OSError:
+                pass
+        raise FileError("cannot back up %s to %s: %s; nothing was changed"
+                        % (path, dest, getattr(e, "strerror", None) or e))
     try:
         st = os.stat(real)
         os.chown(dest, st.st_uid, st.st_gid)

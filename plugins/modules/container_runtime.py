@@ -22,7 +22,9 @@ description:
   - Before a restart the candidate config is validated with C(containerd --config <candidate> config dump)
     (and C(dockerd --validate) for Docker) when the binary is present.
   - The daemon is restarted only when the parsed configuration changed (comment-only edits do
-    not restart it). If the daemon does not come back healthy (for containerd this includes
+    not restart it). A marker in O(state_dir) is written before the first file changes and removed only
+    once the daemon came back healthy, so a run stopped in between (killed, rebooted) has the next run
+    restart the daemon even though the files already match. If the daemon does not come back healthy (for containerd this includes
     the CRI plugin failing to load), the original files are restored, the daemon is restarted
     again and the task fails with the daemon's own error.
   - k3s/RKE2 regenerate C(/var/lib/rancher/*/agent/etc/containerd/config.toml) at every start;
@@ -44,7 +46,8 @@ description:
     config written before records existed) the entries are removed the same surgical way."
   - O(state=absent) validates and restarts the daemon exactly like O(state=present), and puts the
     files back if the daemon does not come back healthy.
-  - "Safe writes: every file is written atomically (temp file in the same directory, fsync, rename). With
+  - "Safe writes: every file is written atomically (temp file in C(.gpuops-tmp/) next to the file's directory,
+    on the same file system, fsync, rename; never a temp file inside a directory the daemon loads). With
     O(drop_in_path) the drop-in is written before the main file that imports it (O(state=absent) takes the
     import out before deleting the drop-in), so containerd never imports a missing drop-in. If any write or
     the restart fails, every file is put back byte for byte (mode and owner too; a drop-in that did not
@@ -62,8 +65,8 @@ attributes:
   check_mode:
     support: full
     details: >-
-      Computes and validates the edit (validation writes temporary candidates next to the
-      config and removes them); the config and the records under O(state_dir) are not
+      Computes and validates the edit (validation writes temporary candidates under
+      O(state_dir)/tmp or the system temp directory and removes them); the config and the records under O(state_dir) are not
       changed and no daemon is restarted. Same for O(state=absent).
   diff_mode:
     support: full
@@ -294,6 +297,13 @@ restarted:
   description: Whether the daemon was restarted.
   returned: success
   type: bool
+restart_pending:
+  description:
+    - True when an earlier run changed the files but was stopped before the daemon came back healthy on them
+      (its restart marker C(<state_dir>/<sha256 of the config's real path>.restart-pending) was found); the
+      daemon is then restarted although nothing changes, and this is false again once it came back.
+  returned: when such a marker was found
+  type: bool
 validated:
   description: Whether the candidate configuration was validated by the daemon binary.
   returned: success
@@ -434,6 +444,7 @@ def run_present(module, p, result):
             elif p["runtime"] == "docker":
                 result["validated"] = _validate_docker(module, binary, changes[0])
         except RuntimeConfigError as e:
+            result.update(changed=False, changed_files=[])      # refused: nothing was written
             module.fail_json(msg=str(e), **result)
     elif changes and p["validate"] and p["runtime"] != "crio":
         module.warn("%s not found; the new configuration was not validated by the daemon" % DEFAULT_BINARY[p["runtime"]])
@@ -442,7 +453,9 @@ def run_present(module, p, result):
 
     if module._diff:
         result["diff"] = [dict(before=b or "", after=a, before_header=path, after_header=path) for path, b, a in changes]
-    if not changes or module.check_mode:
+    if not changes:
+        return _pending_restart(module, p, result, store)
+    if module.check_mode:
         return result
 
     files = [FileChange(path, read_bytes(path), after.encode("utf-8")) for path, _before, after in changes]
@@ -467,7 +480,7 @@ def run_present(module, p, result):
         result.update(changed=False, changed_files=[])
         module.fail_json(msg="cannot write the state record for %s in %s: %s; nothing was changed"
                              % (path, p["state_dir"], e), **result)
-    return _apply(module, p, result, files, undo_records=undo_records)
+    return _apply(module, p, result, files, store, undo_records=undo_records)
 
 
 def run_absent(module, p):
@@ -496,16 +509,19 @@ def run_absent(module, p):
             elif p["runtime"] == "docker" and files[0].after is not None:
                 result["validated"] = _validate_docker(module, binary, (files[0].path, None, files[0].after_text))
         except RuntimeConfigError as e:
+            result.update(changed=False, changed_files=[])      # refused: nothing was written
             module.fail_json(msg=str(e), **result)
     elif files and p["validate"] and p["runtime"] != "crio" and any(c.after is not None for c in files):
         module.warn("%s not found; the new configuration was not validated by the daemon" % DEFAULT_BINARY[p["runtime"]])
 
     if module._diff:
         result["diff"] = [c.diff() for c in files]
+    if not files:
+        _pending_restart(module, p, result, store)
     if module.check_mode:
         return result
     if files:
-        _apply(module, p, result, files)
+        _apply(module, p, result, files, store)
     # records go only once the files are back (a failed restart above keeps them)
     for path, rec in records:
         if rec is None:
@@ -515,14 +531,55 @@ def run_absent(module, p):
     return result
 
 
-def _apply(module, p, result, files, undo_records=None):
+def _pending_restart(module, p, result, store):
+    """Nothing to change: restart the daemon anyway when an earlier run changed the files and was stopped
+    (killed, or its restart failed) before the daemon came back healthy on them (its restart marker is
+    still in state_dir)."""
+    if p["restart_mode"] == "none" or not store.restart_pending(result["config_path"]):
+        return result
+    result["changed"] = True
+    result["restart_pending"] = True
+    if module.check_mode:
+        return result
+    daemon = Daemon(module, p)
+    ok, err = daemon.restart()
+    result["restarted"] = True
+    if not ok:
+        module.fail_json(msg="%s: the restart an earlier run left pending (the configuration on disk is the new one) "
+                             "failed: %s; it is retried on the next run (pending while %s exists)"
+                             % (p["runtime"], err, store.restart_marker(result["config_path"])), **result)
+    try:
+        store.clear_restart(result["config_path"])
+    except OSError as e:
+        module.warn("cannot remove %s: %s; the next run restarts the daemon again" % (
+            store.restart_marker(result["config_path"]), e))
+    result["restart_pending"] = False
+    return result
+
+
+def _apply(module, p, result, files, store, undo_records=None):
     """Write ``files`` (in order), restart when the parsed config changed, restore on failure.
 
     Any failure (a write, the restart) puts every file back byte for byte (a file
     that did not exist is deleted) and the state records as they were, then fails
     with a message; ``changed`` then says whether anything is left different
     (a file that could not be restored, or a daemon that was restarted).
+
+    A restart marker goes into state_dir before the first write of a change that needs a restart and is
+    removed once the daemon came back healthy (or back on the restored files): a run killed in between
+    leaves it, and the next run restarts the daemon even though the files already match.
     """
+    config = result["config_path"]
+    was_pending = p["restart_mode"] != "none" and store.restart_pending(config)
+    restart = p["restart_mode"] != "none" and (result.get("effective_changed") or was_pending)
+
+    def clear_marker():
+        try:
+            store.clear_restart(config)
+        except OSError as e:
+            module.warn("cannot remove %s: %s; the next run restarts the daemon again"
+                        % (store.restart_marker(config), e))
+
     def undo():
         unrestored = restore_changes(module, files)
         if undo_records:
@@ -530,6 +587,20 @@ def _apply(module, p, result, files, undo_records=None):
         result["changed_files"] = unrestored
         return unrestored
 
+    if restart and p["restart_mode"] == "command" and not p.get("restart_command"):
+        if undo_records:
+            undo_records()
+        result.update(changed=False, changed_files=[])
+        module.fail_json(msg="restart_mode=command needs restart_command; nothing was changed", **result)
+    if restart and not was_pending:
+        try:
+            store.mark_restart(config, p["runtime"])
+        except (OSError, IOError) as e:
+            if undo_records:
+                undo_records()
+            result.update(changed=False, changed_files=[])
+            module.fail_json(msg="%s: cannot write the restart marker %s: %s; nothing was changed"
+                                 % (p["runtime"], store.restart_marker(config), e), **result)
     if p["backup"]:
         result["backup_dir"] = p["backup_dir"]
     try:
@@ -537,25 +608,24 @@ def _apply(module, p, result, files, undo_records=None):
     except ApplyError as e:
         if undo_records:
             undo_records()
+        if restart and not was_pending and not e.unrestored:
+            clear_marker()
         result.update(changed=bool(e.unrestored), changed_files=e.unrestored, restored=not e.unrestored)
         module.fail_json(msg="%s: %s" % (p["runtime"], e), **result)
     if backups:
         result["backup_files"] = backups
-    if not result.get("effective_changed") or p["restart_mode"] == "none":
+    if not restart:
         return result
-    if p["restart_mode"] == "command" and not p.get("restart_command"):
-        unrestored = undo()
-        result.update(changed=bool(unrestored), restored=not unrestored)
-        module.fail_json(msg="restart_mode=command needs restart_command; %s"
-                             % ("original files restored" if not unrestored else
-                                "could NOT restore " + ", ".join(unrestored)), **result)
     daemon = Daemon(module, p)
     ok, err = daemon.restart()
     result["restarted"] = True
     if ok:
+        clear_marker()
         return result
     unrestored = undo()
     back, err2 = daemon.restart()
+    if back and not unrestored:
+        clear_marker()          # the daemon runs on the files as they are on disk again
     result["restored"] = back and not unrestored
     result["changed"] = True        # the daemon was restarted (and files may be left changed)
     module.fail_json(

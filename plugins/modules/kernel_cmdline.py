@@ -145,7 +145,9 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
+    _nolock,
     ensure_file,
+    file_lock,
     read_text,
     remove_file,
     target_problem,
@@ -224,31 +226,42 @@ def _regenerate(module, bootloader):
         _run(module, [ki, "add", kver, image], pending=True)
 
 
-def _apply_file(module, path, new_text, bootloader):
-    """Make ``path`` hold ``new_text`` (None: absent) and regenerate the boot loader configuration.
+def _apply_file(module, path, plan_text, bootloader):
+    """Make ``path`` hold ``plan_text(current text)[0]`` (None: absent) and regenerate the boot loader
+    configuration; returns (result, configured tokens).
 
-    A regeneration that failed in an earlier run is retried even though the file already matches: the
-    REGEN_PENDING marker is written before the file changes and removed only after the tool succeeded.
+    The file is read, planned, written and the boot loader regenerated under the file's lock, so runs at once
+    never lose each other's arguments.  A regeneration that failed in an earlier run is retried even though the
+    file already matches: the REGEN_PENDING marker is written before the file changes and removed only after
+    the tool succeeded.
     """
     regen = module.params["update_bootloader"]
-    pending = os.path.exists(REGEN_PENDING)
-    if regen and not module.check_mode and read_text(path) != new_text:
-        mark_pending(REGEN_PENDING, "bootloader=%s\nfile=%s\n" % (bootloader, path))
-    if new_text is None:
-        r = remove_file(module, path, backup=module.params["backup"])
-    else:
-        r = ensure_file(module, path, new_text, mode=0o644, backup=module.params["backup"])
-    r["regenerated"] = False
-    if regen and (r["changed"] or pending):
-        r["changed"] = True
-        if not module.check_mode:
-            _regenerate(module, bootloader)
-            clear_pending(REGEN_PENDING)
-            r["regenerated"] = True
-    elif pending:
-        module.warn("a boot loader regeneration failed in an earlier run and update_bootloader is false: "
-                    "run it yourself, then remove %s" % REGEN_PENDING)
-    return r
+    if regen and not module.check_mode:
+        # a first look without the lock: the marker goes down before this run waits for the lock (checked
+        # again under it), so runs at once never wait on each other to write it
+        if read_text(path) != plan_text(read_text(path))[0]:
+            mark_pending(REGEN_PENDING, "bootloader=%s\nfile=%s\n" % (bootloader, path))
+    with (file_lock(path) if not module.check_mode else _nolock()):
+        before = read_text(path)
+        new_text, configured = plan_text(before)
+        pending = os.path.exists(REGEN_PENDING)
+        if regen and not module.check_mode and before != new_text and not pending:
+            mark_pending(REGEN_PENDING, "bootloader=%s\nfile=%s\n" % (bootloader, path))
+        if new_text is None:
+            r = remove_file(module, path, backup=module.params["backup"])
+        else:
+            r = ensure_file(module, path, new_text, mode=0o644, backup=module.params["backup"])
+        r["regenerated"] = False
+        if regen and (r["changed"] or pending):
+            r["changed"] = True
+            if not module.check_mode:
+                _regenerate(module, bootloader)
+                clear_pending(REGEN_PENDING)
+                r["regenerated"] = True
+        elif pending:
+            module.warn("a boot loader regeneration failed in an earlier run and update_bootloader is false: "
+                        "run it yourself, then remove %s" % REGEN_PENDING)
+    return r, configured
 
 
 def do_grub(module, args, state):
@@ -256,8 +269,7 @@ def do_grub(module, args, state):
     if state == "present":
         for arg in overridden(base, args):
             module.warn("%s overrides another value of the same key in /etc/default/grub (the later one wins)" % arg)
-    new_text, configured = plan_grub(read_text(GRUB_DROPIN), base, args, state)
-    return _apply_file(module, GRUB_DROPIN, new_text, "grub"), configured
+    return _apply_file(module, GRUB_DROPIN, lambda text: plan_grub(text, base, args, state), "grub")
 
 
 def do_grubby(module, args, state):
@@ -279,12 +291,12 @@ def do_grubby(module, args, state):
 
 
 def do_systemd_boot(module, args, state):
-    text = read_text(SYSTEMD_BOOT_CMDLINE)
-    if text is None:
-        text = read_text("/proc/cmdline") or ""
-        text = " ".join(t for t in split_cmdline(text) if not t.startswith(("BOOT_IMAGE=", "initrd="))) + "\n"
-    new_text, configured = plan_cmdline_file(text, args, state)
-    return _apply_file(module, SYSTEMD_BOOT_CMDLINE, new_text, "systemd-boot"), configured
+    def plan_text(text):
+        if text is None:
+            text = read_text("/proc/cmdline") or ""
+            text = " ".join(t for t in split_cmdline(text) if not t.startswith(("BOOT_IMAGE=", "initrd="))) + "\n"
+        return plan_cmdline_file(text, args, state)
+    return _apply_file(module, SYSTEMD_BOOT_CMDLINE, plan_text, "systemd-boot")
 
 
 def run(module):

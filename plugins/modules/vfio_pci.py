@@ -163,12 +163,14 @@ iommu_active:
   type: bool
 """
 
+import contextlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     ensure_file,
+    file_locks,
     path_problem,
     read_text,
     remove_file,
@@ -180,6 +182,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._vfio import (
     MODPROBE_CONF,
     STATE_FILE,
     UDEV_RULES,
+    VFIO_DRIVER,
     BindError,
     VfioError,
     apply_actions,
@@ -242,13 +245,8 @@ def check_params(module):
         module.fail_json(msg="root %s is not a directory" % p["root"])
 
 
-def run(module):
+def _plan(module, root, state_path):
     p = module.params
-    root = p["root"]
-    if not p["devices"]:
-        module.fail_json(msg="devices must name at least one device")
-    check_params(module)
-    state_path = _target_path(root, STATE_FILE)
     try:
         state_text = read_text(state_path)
         udev_text = read_text(_target_path(root, UDEV_RULES))
@@ -259,12 +257,21 @@ def run(module):
                   allow_iommu_off=p["allow_iommu_off"], current_udev_text=udev_text, state_path=state_path)
     except VfioError as exc:
         module.fail_json(msg=str(exc))
+    return pl, state_text
 
-    diffs = []
-    if module._diff and pl["actions"]:
-        before = "".join("%s: %s\n" % (a["bdf"], a["from"] or "(no driver)") for a in pl["actions"])
-        after = "".join("%s: %s\n" % (a["bdf"], a["to"] or "(default driver)") for a in pl["actions"])
-        diffs.append({"before": before, "after": after, "before_header": "drivers", "after_header": "drivers"})
+
+def _modprobe_changes(root, pl):
+    return MODPROBE_CONF in pl["files"] and read_text(_target_path(root, MODPROBE_CONF)) != pl["files"][MODPROBE_CONF]
+
+
+def run(module):
+    p = module.params
+    root = p["root"]
+    if not p["devices"]:
+        module.fail_json(msg="devices must name at least one device")
+    check_params(module)
+    state_path = _target_path(root, STATE_FILE)
+    pl, state_text = _plan(module, root, state_path)
 
     # every file this run may replace (and the initramfs marker) must be replaceable before a driver moves
     problems = [x for x in (target_problem(_target_path(root, path)) for path in sorted(pl["files"])) if x]
@@ -272,8 +279,73 @@ def run(module):
     if problems:
         module.fail_json(msg="%s; nothing was changed" % "; ".join(problems))
 
-    # runtime first: a failed bind leaves the persistence files as they were, and every function moved in
-    # this run goes back to the driver it had (apply_actions); the failure is reported, never swallowed.
+    # the initramfs marker goes down before the modprobe ordering file changes, and stays until a
+    # regeneration succeeded (here, or in the vfio role when update_initramfs=false).  A first look without
+    # the locks: runs at once never wait on each other to write it (it is checked again under the locks).
+    marker = _target_path(root, p["initramfs_marker"])
+    marked = []      # whether this run put the marker down (not there before): taken back when nothing changed
+
+    def unmark():
+        if marked:
+            try:
+                clear_pending(marker)
+            except OSError:
+                pass
+
+    def mark(pl, during):
+        try:
+            mark_pending(marker, "%s changed\n" % MODPROBE_CONF)
+        except OSError as exc:
+            if during:
+                module.fail_json(msg="cannot mark the initramfs stale in %s: %s; the drivers are as reported in "
+                                     "actions, the persistence files were not written: fix it and rerun"
+                                     % (marker, exc), changed=bool(pl["actions"]), actions=pl["actions"])
+            module.fail_json(msg="cannot mark the initramfs stale in %s: %s; nothing was changed" % (marker, exc))
+    try:
+        if not module.check_mode and _modprobe_changes(root, pl) and not os.path.exists(marker):
+            mark(pl, False)
+            marked.append(True)
+    except OSError as exc:
+        module.fail_json(msg="cannot read %s: %s; nothing was changed" % (MODPROBE_CONF, exc))
+
+    # read, plan, bind and write under the locks of every file: runs at once lose nothing
+    locks = contextlib.ExitStack()
+    if not module.check_mode and pl["files"]:
+        try:
+            locks.enter_context(file_locks([_target_path(root, path) for path in sorted(pl["files"])]))
+        except OSError as exc:
+            module.fail_json(msg="cannot lock the files of %s: %s; nothing was changed" % (STATE_FILE, exc))
+    with locks:
+        if not module.check_mode and pl["files"]:
+            pl, state_text = _plan(module, root, state_path)
+        return _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark)
+
+
+def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
+    p = module.params
+    diffs = []
+    if module._diff and pl["actions"]:
+        before = "".join("%s: %s\n" % (a["bdf"], a["from"] or "(no driver)") for a in pl["actions"])
+        after = "".join("%s: %s\n" % (a["bdf"], a["to"] or "(default driver)") for a in pl["actions"])
+        diffs.append({"before": before, "after": after, "before_header": "drivers", "after_header": "drivers"})
+
+    files, modprobe_changed = {}, False
+    # the state file (with each function's original driver) is written BEFORE a function moves to vfio-pci:
+    # a run stopped after the bind still finds the original driver in it, so state=absent can give it back
+    early = pl["files"].get(STATE_FILE)
+    if (not module.check_mode and p["state"] == "present" and early is not None and early != state_text
+            and any(a["to"] == VFIO_DRIVER for a in pl["actions"])):
+        try:
+            r = ensure_file(module, state_path, early, mode=0o644)
+        except OSError as exc:
+            unmark()
+            module.fail_json(msg="cannot write %s: %s; nothing was changed" % (state_path, exc))
+        files[STATE_FILE] = r["changed"]
+        if r.get("diff"):
+            diffs.append(r["diff"])
+
+    # runtime next: a failed bind gives every function moved in this run back to the driver it had
+    # (apply_actions) and the state file back to what it was; the failure is reported, never swallowed.
     if not module.check_mode:
         def ensure_module(name):
             rc, out, err = module.run_command([module.get_bin_path("modprobe", required=True), name])
@@ -282,24 +354,28 @@ def run(module):
         try:
             apply_actions(root, pl["actions"], ensure_module)
         except BindError as exc:
-            module.fail_json(msg=str(exc), changed=exc.changed, actions=pl["actions"],
+            extra = ""
+            if files.get(STATE_FILE):
+                try:
+                    if state_text is None:
+                        remove_file(module, state_path)
+                    else:
+                        ensure_file(module, state_path, state_text, mode=0o644)
+                except OSError as e2:
+                    extra = "; %s could not be put back: %s" % (state_path, e2)
+            unmark()
+            module.fail_json(msg=str(exc) + extra, changed=exc.changed or bool(extra), actions=pl["actions"],
                              devices=[{"bdf": b, "driver": now, "driver_before": was}
                                       for b, (now, was) in sorted(exc.restored.items())])
 
-    # the initramfs marker goes down before the modprobe ordering file changes, and stays until a
-    # regeneration succeeded (here, or in the vfio role when update_initramfs=false)
-    marker = _target_path(root, p["initramfs_marker"])
-    modprobe_target = _target_path(root, MODPROBE_CONF)
     try:
-        if (not module.check_mode and MODPROBE_CONF in pl["files"]
-                and read_text(modprobe_target) != pl["files"][MODPROBE_CONF]):
-            mark_pending(marker, "%s changed\n" % MODPROBE_CONF)
+        if not module.check_mode and _modprobe_changes(root, pl) and not os.path.exists(marker):
+            mark(pl, True)
     except OSError as exc:
-        module.fail_json(msg="cannot mark the initramfs stale in %s: %s; the drivers are as reported in actions, "
-                             "the persistence files were not written: fix it and rerun" % (marker, exc),
-                         changed=bool(pl["actions"]), actions=pl["actions"])
+        module.fail_json(msg="cannot read %s: %s; the drivers are as reported in actions, the persistence files "
+                             "were not all written: fix it and rerun" % (MODPROBE_CONF, exc),
+                         changed=bool(pl["actions"]) or any(files.values()), actions=pl["actions"], files=files)
 
-    files, modprobe_changed = {}, False
     for path, content in pl["files"].items():
         target = _target_path(root, path)
         try:
@@ -311,7 +387,7 @@ def run(module):
             module.fail_json(msg="cannot write %s: %s; the drivers are as reported in actions, but their persistence "
                                  "across reboots is incomplete: fix the file and rerun" % (target, exc),
                              changed=bool(pl["actions"]) or any(files.values()), actions=pl["actions"], files=files)
-        files[path] = r["changed"]
+        files[path] = files.get(path, False) or r["changed"]
         if r.get("diff"):
             diffs.append(r["diff"])
         if path == MODPROBE_CONF and r["changed"]:

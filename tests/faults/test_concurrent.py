@@ -94,13 +94,7 @@ def test_container_runtime_all_updates_land(tmp_path, cls, mode):
         STATS.file(sc.label, os.path.relpath(sc.cfg(), sc.root))
 
 
-D_KCMD = ("kernel_cmdline: the GRUB drop-in is read and the new text computed (plan_grub) before ensure_file takes "
-          "the file's lock, so runs at once overwrite each other's arguments (defect 7 of issue 15, still open here)")
-D_VFIO = ("vfio_pci: the state file and the udev rule are read and planned before the per-file locks are taken, so "
-          "two runs binding different GPUs at once lose one GPU's persistence (defect 7 of issue 15, still open here)")
-
-
-@pytest.mark.xfail(strict=True, reason=D_KCMD)
+# kernel_cmdline and vfio_pci read and plan under the per-file locks (defect G, fixed)
 def test_kernel_cmdline_concurrent_args_all_land(tmp_path):
     sc = _fresh(S.Grub, str(tmp_path / "root"))
     args = ["gpuops_cc%d=1" % i for i in range(4)]
@@ -114,7 +108,6 @@ def test_kernel_cmdline_concurrent_args_all_land(tmp_path):
     assert not missing, "lost updates: %s missing from\n%s" % (missing, text)
 
 
-@pytest.mark.xfail(strict=True, reason=D_VFIO)
 def test_vfio_two_gpus_bound_at_once_both_persist(tmp_path):
     sc = _fresh(S.VfioFirst, str(tmp_path / "root"))
     gpus = ["0000:41:00.0", "0000:42:00.0"]
@@ -128,12 +121,7 @@ def test_vfio_two_gpus_bound_at_once_both_persist(tmp_path):
     assert not lost, "persistence lost for %s" % lost
 
 
-D_MARKER = ("kernel_cmdline and vfio_pci: mark_pending writes the regeneration marker through the fixed temp name "
-            "<marker>.tmp, so two runs at once share one temp file: one os.replace moves it and the other run fails "
-            "with FileNotFoundError (vfio_pci has then already bound its GPU and writes no persistence)")
-
-
-@pytest.mark.xfail(strict=True, reason=D_MARKER)
+# the regeneration marker's temp file has a name of each run's own (defect H, fixed)
 @pytest.mark.parametrize("cls", [pytest.param(S.Grub, id="kernel_cmdline"), pytest.param(S.VfioFirst, id="vfio_pci")])
 def test_regeneration_marker_written_by_two_runs_at_once(tmp_path, cls):
     """The regeneration marker is written by two runs at once: both stop right before they move the marker's

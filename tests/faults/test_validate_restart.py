@@ -105,11 +105,7 @@ def test_failing_validator_changes_nothing(tmp_path, cls, bad, expect):
     _count(sc, "failing-validator", 4)
 
 
-D_CHANGED = ("container_runtime: when the validator refuses the candidate, nothing is written, yet the result says "
-             "changed=true and lists the files in changed_files (documented as the files that could not be put back)")
-
-
-@pytest.mark.xfail(strict=True, reason=D_CHANGED)
+# a refused candidate reports changed=false (defect F, fixed)
 @pytest.mark.parametrize("cls,bad,expect", VALIDATORS[:2] + VALIDATORS[4:])
 def test_refused_candidate_reports_no_change(tmp_path, cls, bad, expect):
     root, w = str(tmp_path / "root"), str(tmp_path / "w")

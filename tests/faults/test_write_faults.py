@@ -30,18 +30,8 @@ from stats import STATS
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (tmpfs and bind mounts, chattr)")
 KINDS = ("disk-full", "immutable-file", "immutable-dir", "read-only")
 
-D_BACKUP_LOCAL = ("{module}: with backup=true the copy is made by AnsibleModule.backup_local, which raises a bare "
-                  "Exception when it cannot write next to the file (disk full, read-only or immutable directory); the "
-                  "module does not catch it and ends in a Python traceback instead of a msg (the file stays intact); "
-                  "on a full disk a truncated (empty) <file>.<pid>.<date>~ is also left next to the file")
-D_VALIDATE = ("container_runtime: validate_containerd (validate=true, the default) writes its candidates into the config "
-              "and drop-in directories and does not catch the OSError when it cannot (disk full, read-only, immutable "
-              "directory): the module ends in a Python traceback instead of failing with a msg (the files stay intact)")
-D_BACKUP = ("container_runtime: a backup that fails (backup_dir full) leaves a truncated (empty) backup file behind in "
-            "backup_dir, which later reads as a backup of the config")
-D_VFIO = ("vfio_pci: the GPU is bound at runtime before the state file is written and is not given back when that "
-          "write fails; the rerun then records original_driver=null (the GPU is already on vfio-pci): the state never "
-          "converges to what an uninterrupted run writes")
+# defects D (backup next to the file), E (containerd validation, truncated backup) and I (vfio_pci state
+# file after the bind) are fixed; a known defect goes into Target(defect={kind or "*": reason}).
 
 
 class Target(object):
@@ -63,14 +53,13 @@ class Target(object):
 
 _ALL_BUT_FILE = ("disk-full", "immutable-dir", "read-only")
 _NOVAL = {"validate": False}
-_VAL = {k: D_VALIDATE for k in _ALL_BUT_FILE} if S.HAVE_CONTAINERD else {}   # validation runs only with a binary
 TARGETS = [
-    Target("containerd-v2-main", S.ContainerdV2Main, "etc/containerd", defect=_VAL),
+    Target("containerd-v2-main", S.ContainerdV2Main, "etc/containerd"),
     Target("containerd-v2-main:novalidate", S.ContainerdV2Main, "etc/containerd", extra=_NOVAL),
-    Target("containerd-v2-dropin:main-dir", S.ContainerdV2DropInSibling, "etc/containerd", defect=_VAL),
+    Target("containerd-v2-dropin:main-dir", S.ContainerdV2DropInSibling, "etc/containerd"),
     Target("containerd-v2-dropin:main-dir:novalidate", S.ContainerdV2DropInSibling, "etc/containerd", extra=_NOVAL),
     Target("containerd-v2-dropin:dropin-dir", S.ContainerdV2DropInSibling, "etc/containerd-dropins",
-           kinds=_ALL_BUT_FILE, defect=_VAL),
+           kinds=_ALL_BUT_FILE),
     Target("containerd-v2-dropin:dropin-dir:novalidate", S.ContainerdV2DropInSibling, "etc/containerd-dropins",
            kinds=_ALL_BUT_FILE, extra=_NOVAL),
     Target("containerd-v3-main", S.ContainerdV3Main, "etc/containerd"),
@@ -79,13 +68,11 @@ TARGETS = [
     Target("docker-daemon-json", S.Docker, "etc/docker"),
     Target("container_runtime:state_dir", S.ContainerdV2Main, "var/lib/gpuops/container_runtime", kinds=_ALL_BUT_FILE),
     Target("container_runtime:backup_dir", S.ContainerdV2Main, "var/backups/gpuops",
-           extra={"backup_dir": "{root}/var/backups/gpuops"}, kinds=_ALL_BUT_FILE, defect={"disk-full": D_BACKUP}),
-    Target("cdi-spec", S.Cdi, "etc/cdi", defect={k: D_BACKUP_LOCAL.format(module="cdi_spec") for k in _ALL_BUT_FILE}),
-    Target("kernel-cmdline-grub", S.Grub, "etc/default/grub.d",
-           defect={k: D_BACKUP_LOCAL.format(module="kernel_cmdline") for k in _ALL_BUT_FILE}),
-    Target("kernel-cmdline-systemd-boot", S.SystemdBoot, "etc/kernel",
-           defect={k: D_BACKUP_LOCAL.format(module="kernel_cmdline") for k in _ALL_BUT_FILE}),
-    Target("vfio-pci:state-dir", S.Vfio, "etc/gpuops", keep=["etc/gpuops/vfio-pci.json"], defect={"*": D_VFIO}),
+           extra={"backup_dir": "{root}/var/backups/gpuops"}, kinds=_ALL_BUT_FILE),
+    Target("cdi-spec", S.Cdi, "etc/cdi"),
+    Target("kernel-cmdline-grub", S.Grub, "etc/default/grub.d"),
+    Target("kernel-cmdline-systemd-boot", S.SystemdBoot, "etc/kernel"),
+    Target("vfio-pci:state-dir", S.Vfio, "etc/gpuops", keep=["etc/gpuops/vfio-pci.json"]),
     Target("vfio-pci:udev-dir", S.Vfio, "etc/udev/rules.d", keep=["etc/udev/rules.d/40-gpuops-vfio-pci.rules"]),
 ]
 
