@@ -1251,6 +1251,11 @@ def validate_containerd(module, binary, changes, p):
     finally:
         if d is not None:
             shutil.rmtree(d, ignore_errors=True)
+            # <state_dir>/tmp goes when it is empty: state_dir then holds records only (and is empty after absent)
+            try:
+                os.rmdir(os.path.dirname(d))
+            except OSError:
+                pass
 
 
 def dump_has_runtime(dump, p):

@@ -90,7 +90,10 @@ def test_cdi_spec_on_synthetic_root(ansible, tmp_path):
     spec = yaml.safe_load(open(path))
     assert [d["name"] for d in spec["devices"]] == ["0", "GPU-0b231366-65a0-0fb7-6602-4823e36b7ca8", "all"]
     assert not ansible.module("gpuops.nvidia.cdi_spec", args)["changed"]
+    (tmp_path / "empty").mkdir()
     res = ansible.module("gpuops.nvidia.cdi_spec", {"path": path, "root": str(tmp_path / "empty")})
     assert res.get("failed") and "no NVIDIA driver" in res["msg"]
+    res = ansible.module("gpuops.nvidia.cdi_spec", {"path": path, "root": str(tmp_path / "missing")})
+    assert res.get("failed") and "not a directory" in res["msg"]
     assert ansible.module("gpuops.nvidia.cdi_spec", {"path": path, "state": "absent"})["changed"]
     assert not os.path.exists(path)
