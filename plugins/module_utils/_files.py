@@ -295,6 +295,45 @@ def _stale_temps(directory, prefix):
     return out
 
 
+def mark_pending(path, text):
+    """Write a "work pending" marker durably (file and directory fsync'd) before the file it guards changes.
+
+    Used where a regeneration (update-grub, kernel-install, initramfs) must be retried until it succeeds:
+    the marker goes down first and is removed by clear_pending only after the regeneration worked.  Each run
+    writes through a temp name of its own (runs at once never share one); temps of killed runs are removed.
+    """
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    prefix = os.path.basename(path) + ".tmp."
+    for t in _stale_temps(directory, prefix):
+        try:
+            os.unlink(t)
+        except OSError:
+            pass
+    fd, tmp = tempfile.mkstemp(prefix="%s%d." % (prefix, os.getpid()), suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp) and not os.path.isdir(tmp):
+            os.unlink(tmp)   # never leave a half-written marker next to the real one
+        raise
+    _fsync_dir(directory)
+
+
+def clear_pending(path):
+    """Remove a marker written by mark_pending (the pending work succeeded)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    _fsync_dir(os.path.dirname(path))
+
+
 def clean_stale_temps(real):
     """Remove the temp files that earlier (killed) writes of the file ``real`` left behind."""
     directory = os.path.dirname(real) or "."

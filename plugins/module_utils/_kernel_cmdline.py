@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 
 GRUB_DROPIN = "/etc/default/grub.d/90-gpuops-kernel-cmdline.cfg"
 SYSTEMD_BOOT_CMDLINE = "/etc/kernel/cmdline"
@@ -257,62 +256,6 @@ def plan_cmdline_file(text, args, state):
     tokens = split_cmdline(text or "")
     new = apply_args(tokens, args, state)
     return (" ".join(new) + "\n") if new != tokens or text is None else text, new
-
-
-# --- regeneration pending marker ----------------------------------------------------
-
-def mark_pending(path, text):
-    """Write the marker durably (file and directory fsync'd) before the boot-loader input changes."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    # a temp name of this run's own (runs at once never share one); those of killed runs are removed
-    prefix = os.path.basename(path) + ".tmp."
-    for n in os.listdir(directory):
-        pid = n[len(prefix):].split(".", 1)[0] if n.startswith(prefix) else ""
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            try:
-                os.unlink(os.path.join(directory, n))
-            except OSError:
-                pass
-    fd, tmp = tempfile.mkstemp(prefix="%s%d." % (prefix, os.getpid()), dir=directory)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp) and not os.path.isdir(tmp):
-            os.unlink(tmp)   # never leave a half-written marker next to the real one
-        raise
-    _fsync_dir(directory)
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
-
-
-def clear_pending(path):
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    _fsync_dir(os.path.dirname(path))
-
-
-def _fsync_dir(directory):
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- detection ---------------------------------------------------------------------

@@ -146,8 +146,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     _nolock,
+    clear_pending,
     ensure_file,
     file_lock,
+    mark_pending,
     read_text,
     remove_file,
     target_problem,
@@ -158,9 +160,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._kernel_cmdline impo
     SYSTEMD_BOOT_CMDLINE,
     CmdlineError,
     apply_args,
-    clear_pending,
     detect_bootloader,
-    mark_pending,
     overridden,
     plan_cmdline_file,
     plan_grub,

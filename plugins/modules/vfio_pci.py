@@ -169,8 +169,10 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
+    clear_pending,
     ensure_file,
     file_locks,
+    mark_pending,
     path_problem,
     read_text,
     remove_file,
@@ -186,9 +188,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._vfio import (
     BindError,
     VfioError,
     apply_actions,
-    clear_pending,
     iommu_active,
-    mark_pending,
     plan,
     vfio_dev_nodes,
 )
