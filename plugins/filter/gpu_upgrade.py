@@ -1,0 +1,50 @@
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+"""Controller-side filters of the rolling driver upgrade (playbooks/driver_upgrade.yml).
+
+Documentation: one file per filter (gpu_upgrade_*.yml beside this file). The logic lives in
+plugin_utils/_upgrade.py (controller only); these wrappers turn its refusals into AnsibleFilterError.
+"""
+from __future__ import annotations
+
+import functools
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _upgrade as up
+
+
+def _refusing(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except up.UpgradeInputError as e:
+            raise AnsibleFilterError("%s: %s" % (fn.__name__, e)) from e
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+            raise AnsibleFilterError("%s: malformed input (%s)" % (fn.__name__, type(e).__name__)) from e
+    return wrapper
+
+
+@_refusing
+def gpu_upgrade_serial(value):
+    """gpu_upgrade_max_unavailable -> the play's serial: (int >= 1 or "N%")."""
+    return up.parse_max_unavailable(value)
+
+
+@_refusing
+def gpu_upgrade_batches(hosts, max_unavailable=1):
+    """Target hosts -> the list of batches the rollout runs."""
+    return up.batches(hosts, max_unavailable)
+
+
+@_refusing
+def gpu_upgrade_blocking_vms(vmis):
+    """k8s_info VirtualMachineInstance resources -> {node: [{namespace, name, devices}]}."""
+    return up.blocking_vmis(vmis)
+
+
+class FilterModule:
+    def filters(self):
+        return {"gpu_upgrade_serial": gpu_upgrade_serial, "gpu_upgrade_batches": gpu_upgrade_batches,
+                "gpu_upgrade_blocking_vms": gpu_upgrade_blocking_vms}
