@@ -44,7 +44,13 @@ def gpu_upgrade_blocking_vms(vmis):
     return up.blocking_vmis(vmis)
 
 
+@_refusing
+def gpu_upgrade_pods_left(pods):
+    """k8s_info Pod resources of a drained node -> "namespace/name" of pods the drain should have removed."""
+    return up.pods_left(pods)
+
+
 class FilterModule:
     def filters(self):
         return {"gpu_upgrade_serial": gpu_upgrade_serial, "gpu_upgrade_batches": gpu_upgrade_batches,
-                "gpu_upgrade_blocking_vms": gpu_upgrade_blocking_vms}
+                "gpu_upgrade_blocking_vms": gpu_upgrade_blocking_vms, "gpu_upgrade_pods_left": gpu_upgrade_pods_left}

@@ -18,6 +18,7 @@ No Ansible import: plain data in, plain data out, errors as ``UpgradeInputError`
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 # The values the GPU Operator's upgrade controller (k8s-operator-libs) writes to STATE_LABEL.
@@ -88,9 +89,12 @@ def batch_size(value, nodes):
 
 def batches(hosts, value):
     """The target hosts in the batches the rollout runs them in (inventory order kept)."""
-    if isinstance(hosts, (str, bytes)) or not isinstance(hosts, (list, tuple)):
+    if isinstance(hosts, (str, bytes, dict)) or not isinstance(hosts, Iterable):
         raise UpgradeInputError("hosts must be a list of host names, got %s" % type(hosts).__name__)
-    hosts = list(hosts)
+    hosts = list(hosts)  # Jinja's map/select hand over generators
+    bad = [h for h in hosts if not isinstance(h, str)]
+    if bad:
+        raise UpgradeInputError("hosts must be host names, got %r" % (bad[0],))
     size = batch_size(value, len(hosts))
     return [hosts[i:i + size] for i in range(0, len(hosts), size)]
 
@@ -118,9 +122,10 @@ def blocking_vmis(vmis):
     VMIs that are finished (phase Succeeded/Failed) or not placed on a node are left out."""
     if vmis is None:
         return {}
-    if isinstance(vmis, dict) or isinstance(vmis, (str, bytes)) or not isinstance(vmis, (list, tuple)):
+    if isinstance(vmis, (dict, str, bytes)) or not isinstance(vmis, Iterable):
         raise UpgradeInputError("expected the list of VirtualMachineInstance objects (k8s_info resources), got %s"
                                 % type(vmis).__name__)
+    vmis = list(vmis)
     out = {}
     for i, vmi in enumerate(vmis):
         if not isinstance(vmi, dict):
@@ -137,3 +142,25 @@ def blocking_vmis(vmis):
     for node in out:
         out[node].sort(key=lambda v: (v["namespace"] or "", v["name"] or ""))
     return out
+
+
+def pods_left(pods):
+    """Pods a drain should have removed but that are still on the node, as "namespace/name" (sorted):
+    everything except DaemonSet pods, mirror (static) pods and finished pods (Succeeded/Failed)."""
+    if pods is None:
+        return []
+    if isinstance(pods, (dict, str, bytes)) or not isinstance(pods, Iterable):
+        raise UpgradeInputError("expected the list of Pod objects (k8s_info resources), got %s" % type(pods).__name__)
+    out = []
+    for i, pod in enumerate(pods):
+        if not isinstance(pod, dict):
+            raise UpgradeInputError("Pod [%d] is a %s, not an object" % (i, type(pod).__name__))
+        meta = pod.get("metadata") or {}
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+            continue
+        if any((ref or {}).get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or []):
+            continue
+        out.append("%s/%s" % (meta.get("namespace"), meta.get("name")))
+    return sorted(out)

@@ -5,7 +5,8 @@
 # Usage: up.sh [NODES_SPEC]      (default: tests/lab/cluster/nodes/default.yml)
 # Env:   GPUOPS_CACHE, CLUSTER_DIR (state: pki, etcd data, logs, kubeconfig;
 #        default $GPUOPS_CACHE/cluster/run), CLUSTER_PORT_BASE (default 26443: apiserver;
-#        +1 etcd client, +2 etcd peer, +3 kcm, +4 scheduler, +5 kwok), PYTHON.
+#        +1 etcd client, +2 etcd peer, +3 kcm, +4 scheduler, +5 kwok), PYTHON,
+#        CLUSTER_AUDIT (lane | 1 | 0: the API server's audit log, see below).
 # Writes $CLUSTER_DIR/kubeconfig and $CLUSTER_DIR/inventory.yml (the spec as an Ansible
 # inventory of the same nodes). Idempotent: a running healthy cluster is reused and only
 # the node set is re-synced.
@@ -108,13 +109,41 @@ kwok_config() {
     } >"$DIR/kwok.yaml"
 }
 
-# CLUSTER_AUDIT=1: audit log (metadata level) of every request, for the benchmark's request counts
+# Audit log ($DIR/logs/audit.log, JSON lines), by CLUSTER_AUDIT:
+#   lane (default): what the driver-upgrade proofs read from the API server's own records -- Node
+#     patches/updates (cordon, uncordon, labels, annotations; not nodes/status heartbeats) and pod
+#     evictions with their request bodies, pod deletes at Metadata level; blocking mode, so a request's
+#     event is on disk when the client has its answer
+#   1: every request at Metadata level (batch mode), for the benchmark's request counts
+#   0: off
 AUDIT_ARGS=()
-if [[ ${CLUSTER_AUDIT:-0} == 1 ]]; then
-    printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n' >"$DIR/audit-policy.yaml"
-    AUDIT_ARGS=(--audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/logs/audit.log"
-        --audit-log-format json --audit-log-mode batch --audit-log-maxsize 2000)
-fi
+case ${CLUSTER_AUDIT:-lane} in
+    1)
+        printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n' >"$DIR/audit-policy.yaml"
+        AUDIT_ARGS=(--audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/logs/audit.log"
+            --audit-log-format json --audit-log-mode batch --audit-log-maxsize 2000) ;;
+    lane)
+        cat >"$DIR/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Request
+  verbs: [patch, update]
+  resources: [{group: "", resources: [nodes]}]
+- level: Request
+  verbs: [create]
+  resources: [{group: "", resources: [pods/eviction]}]
+- level: Metadata
+  verbs: [delete, deletecollection]
+  resources: [{group: "", resources: [pods]}]
+- level: None
+EOF
+        AUDIT_ARGS=(--audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/logs/audit.log"
+            --audit-log-format json --audit-log-mode blocking --audit-log-maxsize 500) ;;
+    0) ;;
+    *) die "CLUSTER_AUDIT must be lane, 1 or 0 (got ${CLUSTER_AUDIT})" ;;
+esac
 
 T0=$SECONDS
 pki

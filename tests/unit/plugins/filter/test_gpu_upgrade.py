@@ -44,6 +44,7 @@ def test_batches_keep_inventory_order():
     assert f.gpu_upgrade_batches(["a", "b", "c", "d"], "50%") == [["a", "b"], ["c", "d"]]
     assert f.gpu_upgrade_batches(["a", "b", "c"]) == [["a"], ["b"], ["c"]]
     assert f.gpu_upgrade_batches([], 1) == []
+    assert f.gpu_upgrade_batches((h for h in ["a", "b"]), 1) == [["a"], ["b"]]  # Jinja's select/map
 
 
 def test_batches_refuse_bad_input():
@@ -51,6 +52,8 @@ def test_batches_refuse_bad_input():
         f.gpu_upgrade_batches("a,b", 1)
     with pytest.raises(AnsibleFilterError, match="gpu_upgrade_batches: gpu_upgrade_max_unavailable must be"):
         f.gpu_upgrade_batches(["a"], 0)
+    with pytest.raises(AnsibleFilterError, match="hosts must be host names, got 5"):
+        f.gpu_upgrade_batches(["a", 5], 1)
 
 
 def vmi(name, node=None, ns="vms", host_devices=None, gpus=None, phase="Running", label_node=None):
@@ -102,3 +105,27 @@ def test_states_are_the_operators():
     assert up.STATE_LABEL == "nvidia.com/gpu-driver-upgrade-state"
     assert {"upgrade-required", "cordon-required", "drain-required", "pod-restart-required", "validation-required",
             "uncordon-required", "upgrade-done", "upgrade-failed"} <= set(up.STATES)
+
+
+def pod(name, owner=None, phase="Running", mirror=False, deleting=False):
+    meta = {"name": name, "namespace": "ns"}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner, "name": "o", "controller": True}]
+    if mirror:
+        meta["annotations"] = {"kubernetes.io/config.mirror": "x"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+def test_pods_left_after_a_drain():
+    pods = [pod("ds", "DaemonSet"), pod("rs", "ReplicaSet"), pod("static", mirror=True), pod("job", "Job", "Succeeded"),
+            pod("bad", "ReplicaSet", "Failed"), pod("term", "ReplicaSet", deleting=True), pod("bare"),
+            pod("vm", "VirtualMachineInstance")]
+    assert f.gpu_upgrade_pods_left(pods) == ["ns/bare", "ns/rs", "ns/term", "ns/vm"]
+    assert f.gpu_upgrade_pods_left([pod("ds", "DaemonSet")]) == []
+    assert f.gpu_upgrade_pods_left(None) == []
+    with pytest.raises(AnsibleFilterError, match="gpu_upgrade_pods_left: expected the list of Pod objects"):
+        f.gpu_upgrade_pods_left({"resources": []})
+    with pytest.raises(AnsibleFilterError, match=r"Pod \[1\] is a int"):
+        f.gpu_upgrade_pods_left([pod("a"), 5])
