@@ -1,0 +1,1010 @@
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+"""GPU Operator ClusterPolicy (nvidia.com/v1) -> gpuops.nvidia inventory variables.
+
+PRIVATE: may change at any time; not for use outside gpuops.nvidia.
+
+Controller-side only (the clusterpolicy_to_vars / clusterpolicy_group_vars filters). Pure functions,
+no Ansible import. Every field of ``spec`` that is set (not empty) ends in exactly one of three places:
+
+* ``vars``: the variable(s) of this collection with the same effect (``sources`` names the fields
+  each variable comes from);
+* ``unmapped``: ``{path, value, why}`` -- no equivalent here, and why;
+* ``notes``: fields whose value needs nothing here (a component the operator does not deploy with
+  these settings, e.g. everything under ``vgpuManager`` while ``sandboxWorkloads`` is off).
+
+Field names, defaults and enablement rules follow the operator's ``api/nvidia/v1/clusterpolicy_types.go``
+(the ``IsEnabled`` defaults: driver, toolkit, devicePlugin, dcgmExporter, gfd, migManager and cdi are on
+when unset; dcgm, nodeStatusExporter, sandboxWorkloads, vfioManager, vgpuManager, vgpuDeviceManager,
+sandboxDevicePlugin and the rest are off when unset).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import re
+
+import yaml
+
+# Image components with a cluster role here: ClusterPolicy key -> (role prefix, default image of the
+# role's defaults/main.yml, GPU Operator v26.7.0). tests/unit check this table against the roles.
+IMAGE_COMPONENTS = {
+    "devicePlugin": ("device_plugin", {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": "v0.20.0"}),
+    "gfd": ("gfd", {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": "v0.20.0"}),
+    "dcgmExporter": ("dcgm_exporter", {"repository": "nvcr.io/nvidia/k8s", "image": "dcgm-exporter",
+                                       "version": "4.6.0-4.8.3-distroless"}),
+    "migManager": ("mig_manager", {"repository": "nvcr.io/nvidia/cloud-native", "image": "k8s-mig-manager",
+                                   "version": "v0.15.0"}),
+    "validator": ("validator", {"repository": "nvcr.io/nvidia", "image": "gpu-operator", "version": "v26.7.0"}),
+    "vgpuDeviceManager": ("vgpu_device_manager", {"repository": "nvcr.io/nvidia/cloud-native",
+                                                  "image": "vgpu-device-manager", "version": "v0.5.0"}),
+    "sandboxDevicePlugin": ("sandbox_device_plugin", {"repository": "nvcr.io/nvidia",
+                                                      "image": "kubevirt-gpu-device-plugin", "version": "v1.6.0"}),
+}
+# ClusterPolicy component -> the entry of gpuops_cluster_components it turns on or off
+COMPONENT_ROLES = {
+    "gfd": "gfd", "devicePlugin": "device_plugin", "dcgmExporter": "dcgm_exporter", "migManager": "mig_manager",
+    "vgpuDeviceManager": "vgpu_device_manager", "sandboxDevicePlugin": "sandbox_device_plugin",
+}
+# playbooks/cluster.yml's default order
+CLUSTER_COMPONENTS = ["runtime_class", "nfd", "gfd", "device_plugin", "dcgm_exporter", "mig_manager", "validator",
+                      "vgpu_device_manager", "sandbox_device_plugin", "policies"]
+ENABLED_BY_DEFAULT = {"driver", "toolkit", "devicePlugin", "dcgmExporter", "gfd", "migManager", "dcgm", "cdi"}
+SANDBOX_COMPONENTS = ("vfioManager", "vgpuManager", "vgpuDeviceManager", "sandboxDevicePlugin",
+                      "kataManager", "kataSandboxDevicePlugin")
+# components the operator can deploy that have no counterpart here: key -> why
+NOT_PROVIDED = {
+    "dcgm": "gpuops.nvidia runs dcgm-exporter with its embedded DCGM hostengine; there is no standalone "
+            "DCGM hostengine DaemonSet",
+    "nodeStatusExporter": "gpuops.nvidia has no node-status-exporter; the readiness report (playbooks/report.yml, "
+                          "set_stats gpuops_report) gives each node's state",
+    "gds": "GPUDirect Storage (nvidia-fs) is not installed by gpuops.nvidia",
+    "gdrcopy": "GDRCopy is not installed by gpuops.nvidia",
+    "kataManager": "Kata Containers runtime classes are not managed by gpuops.nvidia",
+    "kataSandboxDevicePlugin": "the Kata sandbox device plugin is not deployed by gpuops.nvidia",
+    "ccManager": "confidential-computing mode (CC manager) is not managed by gpuops.nvidia",
+    "vgpuManager": "gpuops.nvidia has no vGPU manager (host driver) installer yet; install the vGPU manager "
+                   "package on the vm-vgpu hosts by other means",
+}
+OPERATOR_DEFAULT_REGISTRY = "nvcr.io"
+WORKLOADS = ("container", "vm-passthrough", "vm-vgpu")
+RUNTIMES = ("containerd", "crio", "docker")
+RUNTIME_MODES = ("auto", "legacy", "cdi", "csv", "jit-cdi")
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+WHY_IMAGE_HOST = ("gpuops.nvidia installs {what} on the hosts from packages (roles/{role}), not from an "
+                  "operator container image")
+WHY_ARGS = "the component's container arguments are set by gpuops.nvidia's manifest template"
+WHY_HOST_NETWORK = "gpuops.nvidia's component pods do not use the host network"
+WHY_ENV = "no variable of gpuops.nvidia sets this environment variable of the component"
+
+
+class ClusterPolicyError(ValueError):
+    """The input is not (exactly one) ClusterPolicy, or a field has the wrong shape."""
+
+
+def _empty(value):
+    return value is None or value == "" or value == {} or value == []
+
+
+def _bool(value, path):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ClusterPolicyError("%s must be a boolean, got %r" % (path, value))
+
+
+def _env_list(value, path):
+    """EnvVar list -> {name: (value, path)} (valueFrom entries have no literal value: kept as the dict)."""
+    if not isinstance(value, list):
+        raise ClusterPolicyError("%s must be a list of {name, value}, got %r" % (path, value))
+    out = {}
+    for i, item in enumerate(value):
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise ClusterPolicyError("%s[%d] must be {name, value}, got %r" % (path, i, item))
+        literal = item.get("value", "") if set(item) <= {"name", "value"} else {k: v for k, v in item.items() if k != "name"}
+        out[item["name"]] = (literal, "%s[%s]" % (path, item["name"]))
+    return out
+
+
+def find_clusterpolicy(data):
+    """One ClusterPolicy and the ConfigMaps beside it, from: the object, a k8s List, a k8s_info result,
+    or a list of documents (a multi-document YAML file)."""
+    docs = []
+
+    def collect(obj):
+        if isinstance(obj, list):
+            for o in obj:
+                collect(o)
+        elif isinstance(obj, dict):
+            if isinstance(obj.get("resources"), list) and "kind" not in obj:  # kubernetes.core.k8s_info result
+                collect(obj["resources"])
+            elif obj.get("kind") == "List" or (isinstance(obj.get("kind"), str) and obj["kind"].endswith("List")
+                                               and isinstance(obj.get("items"), list)):
+                collect(obj.get("items") or [])
+            else:
+                docs.append(obj)
+        elif obj is not None:
+            raise ClusterPolicyError("expected Kubernetes objects (mappings), got %r" % (obj,))
+
+    collect(data)
+    policies = [d for d in docs if d.get("kind") == "ClusterPolicy"]
+    if len(policies) != 1:
+        names = [(p.get("metadata") or {}).get("name", "?") for p in policies]
+        raise ClusterPolicyError("expected exactly one ClusterPolicy, found %d%s" % (
+            len(policies), (": " + ", ".join(names)) if names else ""))
+    policy = policies[0]
+    api = policy.get("apiVersion")
+    if api != "nvidia.com/v1":
+        raise ClusterPolicyError("ClusterPolicy apiVersion must be nvidia.com/v1, got %r" % (api,))
+    if not isinstance(policy.get("spec"), dict):
+        raise ClusterPolicyError("ClusterPolicy has no spec mapping")
+    configmaps = {}
+    for d in docs:
+        if d.get("kind") == "ConfigMap":
+            name = (d.get("metadata") or {}).get("name")
+            if name:
+                configmaps[name] = d.get("data") or {}
+    return policy, configmaps
+
+
+def _split_repo(repo):
+    parts = repo.split("/", 1)
+    return parts[0], (parts[1] if len(parts) > 1 else "")
+
+
+def toolkit_package_version(version):
+    """Toolkit image tag (v1.17.8, v1.17.8-ubuntu20.04, v1.18.0-rc.1) -> package version (1.17.8-1,
+    1.18.0~rc.1-1), as NVIDIA's libnvidia-container repository names them; None if it is no such tag."""
+    m = re.match(r"^v?(\d+\.\d+\.\d+)(?:-(rc\.\d+))?(?:-[a-z][a-z0-9.]*)?$", str(version))
+    if not m:
+        return None
+    return m.group(1) + ("~" + m.group(2) if m.group(2) else "") + "-1"
+
+
+class _Mapper:
+    def __init__(self, spec, configmaps):
+        self.spec = spec
+        self.configmaps = dict(configmaps or {})
+        self.vars = {}
+        self.sources = {}
+        self.unmapped = []
+        self.notes = []
+        self.consumed = set()
+        self.configmaps_needed = []
+        self.inert = set()  # components the operator would not deploy with this spec
+
+    # -- access -----------------------------------------------------------------------------------
+    def get(self, path, default=None):
+        node = self.spec
+        for key in path.split("."):
+            if not isinstance(node, dict) or key not in node:
+                return default
+            node = node[key]
+        self.consumed.add(path)
+        return node
+
+    def has(self, path):
+        return not _empty(self.get(path))
+
+    def set(self, var, value, *paths):
+        self.vars[var] = value
+        src = self.sources.setdefault(var, [])
+        for p in paths:
+            if p not in src:
+                src.append(p)
+
+    def skip(self, path, value, why):
+        self.unmapped.append({"path": path, "value": value, "why": why})
+
+    def section(self, key):
+        value = self.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ClusterPolicyError("spec.%s must be a mapping, got %r" % (key, value))
+        self.consumed.discard(key)  # only its fields count as consumed
+        return value
+
+    def enabled(self, key):
+        value = self.get(key + ".enabled")
+        if value is None:
+            return key in ENABLED_BY_DEFAULT
+        return _bool(value, key + ".enabled")
+
+    def configmap(self, path, name):
+        """The ConfigMap's data, or None (and the name recorded as needed)."""
+        if name in self.configmaps:
+            return self.configmaps[name]
+        if name not in self.configmaps_needed:
+            self.configmaps_needed.append(name)
+        return None
+
+    def leftover(self):
+        """Every set leaf of spec nobody consumed: unmapped, reason unknown."""
+        def walk(node, path):
+            if any(path == c or path.startswith(c + ".") for c in self.consumed):
+                return
+            if isinstance(node, dict) and node:
+                for k, v in node.items():
+                    walk(v, "%s.%s" % (path, k) if path else k)
+            elif not _empty(node):
+                self.skip(path, node, "no gpuops.nvidia equivalent (field not mapped by this importer)")
+        walk(self.spec, "")
+
+    def consume_tree(self, key):
+        self.consumed.add(key)
+
+    # -- shared per-component fields ----------------------------------------------------------------
+    def common(self, key, prefix=None, env_handlers=None, what=None, keep=()):
+        """repository/image/version/imagePullPolicy/imagePullSecrets/resources/args/env/hostNetwork
+        (``keep``: fields the caller maps itself)."""
+        if prefix is None:  # a host-side component: no image here
+            for f in ("repository", "image", "version", "imagePullPolicy", "imagePullSecrets"):
+                if f in keep:
+                    continue
+                if self.has("%s.%s" % (key, f)):
+                    self.skip("%s.%s" % (key, f), self.get("%s.%s" % (key, f)), what)
+        else:
+            if self.has(key + ".imagePullPolicy"):
+                self.set(prefix + "_image_pull_policy", self.get(key + ".imagePullPolicy"), key + ".imagePullPolicy")
+            if self.has(key + ".imagePullSecrets"):
+                secrets = self.get(key + ".imagePullSecrets")
+                names = [s.get("name") if isinstance(s, dict) else s for s in secrets]
+                self.set(prefix + "_image_pull_secrets", names, key + ".imagePullSecrets")
+            if self.has(key + ".resources"):
+                self.set(prefix + "_resources", self.get(key + ".resources"), key + ".resources")
+        if self.has(key + ".args"):
+            self.skip(key + ".args", self.get(key + ".args"), WHY_ARGS)
+        net = self.get(key + ".hostNetwork")
+        if net is not None and _bool(net, key + ".hostNetwork"):
+            self.skip(key + ".hostNetwork", net, WHY_HOST_NETWORK)
+        env = _env_list(self.get(key + ".env", []), key + ".env")
+        for name, (value, path) in env.items():
+            handler = (env_handlers or {}).get(name)
+            if handler is None or not isinstance(value, str):
+                self.skip(path, value, WHY_ENV if handler is None else "valueFrom is not supported here")
+            else:
+                handler(value, path)
+
+
+def _image_vars(m):
+    """<role>_image / <role>_registry / gpuops_registry from the components' repository/image/version."""
+    hosts = {}
+    components = {k: v for k, v in IMAGE_COMPONENTS.items() if k not in m.inert}
+    for key in components:
+        repo = m.get(key + ".repository")
+        if isinstance(repo, str) and repo:
+            hosts[key] = _split_repo(repo)[0]
+    distinct = set(hosts.values())
+    registry = None
+    if len(distinct) == 1 and OPERATOR_DEFAULT_REGISTRY not in distinct:
+        registry = distinct.pop()
+        m.set("gpuops_registry", registry, *["%s.repository" % k for k in hosts])
+    for key, (prefix, default) in components.items():
+        given = {f: m.get("%s.%s" % (key, f)) for f in ("repository", "image", "version")}
+        given = {f: str(v) for f, v in given.items() if not _empty(v)}
+        if not given:
+            continue
+        paths = ["%s.%s" % (key, f) for f in given]
+        if key in hosts and hosts[key] != (registry or OPERATOR_DEFAULT_REGISTRY):
+            m.set(prefix + "_registry", hosts[key], key + ".repository")
+        image = dict(default)
+        if "repository" in given:
+            host, path = _split_repo(given["repository"])
+            # the registry host is set by gpuops_registry/<role>_registry; keep the default host when only it differs
+            image["repository"] = default["repository"] if path == _split_repo(default["repository"])[1] else given["repository"]
+        image.update({f: given[f] for f in ("image", "version") if f in given})
+        if image != default or "version" in given:
+            m.set(prefix + "_image", image, *paths)
+
+
+def _driver(m):
+    if not m.enabled("driver"):
+        m.skip("driver.enabled", False, "the operator does not manage the driver (it is pre-installed on the hosts); "
+               "gpuops.nvidia's driver play (playbooks/driver.yml) installs one on the gpu_nodes hosts: run the plays "
+               "without it (site.yml installs it) or keep such hosts out of gpu_nodes")
+        for f in (m.section("driver") or {}):
+            m.consume_tree("driver." + f)
+        m.notes.append("driver.*: not used by the operator while driver.enabled is false")
+        return
+    if m.get("driver.enabled") is not None:
+        m.set("driver_state", "present", "driver.enabled")
+    version = m.get("driver.version")
+    if not _empty(version):
+        v = str(version)
+        if re.match(r"^\d+$", v):
+            m.set("driver_branch", v, "driver.version")
+        elif re.match(r"^\d+\.\d+(\.\d+)?$", v):
+            m.set("driver_branch", v.split(".")[0], "driver.version")
+            m.set("driver_version", v, "driver.version")
+        else:
+            m.skip("driver.version", version, "not a driver version (branch such as 580 or version such as "
+                                              "580.95.05): an image tag or digest has no package equivalent")
+    kmt = m.get("driver.kernelModuleType")
+    if not _empty(kmt):
+        if kmt not in ("auto", "open", "proprietary"):
+            raise ClusterPolicyError("driver.kernelModuleType must be auto, open or proprietary, got %r" % (kmt,))
+        m.set("driver_kernel_module_type", kmt, "driver.kernelModuleType")
+    open_modules = m.get("driver.useOpenKernelModules")
+    if open_modules is not None:
+        if _bool(open_modules, "driver.useOpenKernelModules") and _empty(kmt):
+            m.set("driver_kernel_module_type", "open", "driver.useOpenKernelModules")
+        else:
+            m.skip("driver.useOpenKernelModules", open_modules, "deprecated in the operator (a no-op); "
+                   "driver.kernelModuleType decides")
+    pre = m.get("driver.usePrecompiled")
+    if pre is not None:
+        m.set("driver_precompiled", "always" if _bool(pre, "driver.usePrecompiled") else "never", "driver.usePrecompiled")
+    what = WHY_IMAGE_HOST.format(what="the driver", role="driver")
+    m.common("driver", None, what=what, keep=("version",))
+    rdma = m.get("driver.rdma.enabled")
+    if rdma is not None and _bool(rdma, "driver.rdma.enabled"):
+        m.skip("driver.rdma.enabled", True, "GPUDirect RDMA (nvidia-peermem) is not set up by gpuops.nvidia")
+    if m.get("driver.rdma.useHostMofed") is not None and _bool(m.get("driver.rdma.useHostMofed"), "driver.rdma.useHostMofed"):
+        m.skip("driver.rdma.useHostMofed", True, "GPUDirect RDMA (nvidia-peermem) is not set up by gpuops.nvidia")
+    m.consume_tree("driver.rdma")
+    crd = m.get("driver.useNvidiaDriverCRD")
+    if crd is not None and _bool(crd, "driver.useNvidiaDriverCRD"):
+        m.skip("driver.useNvidiaDriverCRD", True, "NVIDIADriver custom resources: give each node pool's driver "
+               "(driver_branch, driver_version, driver_kernel_module_type) as group_vars of its inventory group")
+    repo_cm = m.get("driver.repoConfig.configMapName")
+    if not _empty(repo_cm):
+        m.skip("driver.repoConfig.configMapName", repo_cm, "package repository files for the driver container; "
+               "for a mirror set driver_repo_url (and driver_repo_key_url) or driver_manage_repository: false")
+    for path, why in (
+            ("driver.certConfig.name", "custom CA certificates for the driver container; hosts use their own trust store"),
+            ("driver.licensingConfig.secretName", "vGPU guest licensing is not configured by gpuops.nvidia"),
+            ("driver.licensingConfig.configMapName", "vGPU guest licensing is not configured by gpuops.nvidia"),
+            ("driver.virtualTopology.config", "the vGPU topology daemon is not configured by gpuops.nvidia"),
+            ("driver.kernelModuleConfig.name", "kernel module parameters for the driver container; on the hosts put "
+                                               "them in /etc/modprobe.d (not managed by the driver role)"),
+            ("driver.secretEnv", "environment of the driver container"),
+            ("driver.manager", "k8s-driver-manager (the operator's driver container helper): gpuops.nvidia drains "
+                               "and reloads through its own plays"),
+            ("driver.startupProbe", "probes of the driver container; gpuops.nvidia verifies the driver with "
+                                    "nvidia-smi after installing it (roles/driver verify)"),
+            ("driver.livenessProbe", "probes of the driver container; no driver container here"),
+            ("driver.readinessProbe", "probes of the driver container; no driver container here"),
+            ("driver.resources", "resources of the driver container; no driver container here")):
+        value = m.get(path)
+        if not _empty(value):
+            m.skip(path, value, why)
+        m.consume_tree(path)
+    nls = m.get("driver.licensingConfig.nlsEnabled")
+    if nls is not None and not _empty(m.get("driver.licensingConfig.secretName") or m.get("driver.licensingConfig.configMapName")):
+        m.skip("driver.licensingConfig.nlsEnabled", nls, "vGPU guest licensing is not configured by gpuops.nvidia")
+    m.consume_tree("driver.licensingConfig")
+
+
+def _upgrade(m):
+    """driver.upgradePolicy and daemonsets.rollingUpdate -> gpu_upgrade_max_unavailable."""
+    pol = "driver.upgradePolicy"
+    candidates = []  # (value, path), most specific first
+    mu = m.get(pol + ".maxUnavailable")
+    if not _empty(mu):
+        candidates.append((mu, pol + ".maxUnavailable"))
+    mp = m.get(pol + ".maxParallelUpgrades")
+    if mp is not None:
+        if isinstance(mp, bool) or not isinstance(mp, int) or mp < 0:
+            raise ClusterPolicyError("%s.maxParallelUpgrades must be an integer >= 0, got %r" % (pol, mp))
+        if mp > 0:
+            candidates.append((mp, pol + ".maxParallelUpgrades"))
+    ds = m.get("daemonsets.rollingUpdate.maxUnavailable")
+    if not _empty(ds):
+        candidates.append((ds, "daemonsets.rollingUpdate.maxUnavailable"))
+
+    def norm(v, path):
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+        s = str(v).strip()
+        if re.match(r"^\d+$", s):
+            return int(s)
+        if re.match(r"^\d+%$", s):
+            return s
+        raise ClusterPolicyError("%s must be a count or a percentage, got %r" % (path, v))
+
+    values = [(norm(v, p), p) for v, p in candidates]
+    driver_values = [vp for vp in values if vp[1].startswith(pol)]
+    chosen = None
+    if driver_values:
+        # the operator applies both limits (min(maxParallelUpgrades, maxUnavailable of the nodes)); one value
+        # is kept: the smallest count, else the percentage
+        counts = [vp for vp in driver_values if isinstance(vp[0], int)]
+        chosen = min(counts, key=lambda vp: vp[0]) if counts else driver_values[0]
+    elif values:
+        chosen = values[0]
+    if chosen:
+        m.set("gpu_upgrade_max_unavailable", chosen[0], chosen[1])
+    for v, p in values:
+        if chosen and p == chosen[1]:
+            continue
+        if p.startswith("daemonsets."):
+            m.skip(p, v, "rolling updates of the operand DaemonSets: gpuops.nvidia's component DaemonSets roll with "
+                         "maxUnavailable 1; the driver's batch size comes from %s" % chosen[1])
+        else:
+            m.skip(p, v, "gpuops.nvidia's rolling driver upgrade (playbooks/driver_upgrade.yml) has one batch size, "
+                         "gpu_upgrade_max_unavailable, taken from %s (the operator applies both limits at once; set "
+                         "this one instead if it is the stricter on your fleet)" % chosen[1])
+    if mp == 0:
+        m.skip(pol + ".maxParallelUpgrades", 0, "0 (no limit) has no equivalent: the rolling upgrade always works in "
+                                                "batches of gpu_upgrade_max_unavailable")
+    auto = m.get(pol + ".autoUpgrade")
+    if auto is not None:
+        m.skip(pol + ".autoUpgrade", auto, "upgrades are not automatic here: a changed driver_version is rolled out "
+                                           "by running playbooks/driver_upgrade.yml")
+    for sub in ("drain", "podDeletion", "gpuPodDeletion", "waitForCompletion"):
+        node = m.get("%s.%s" % (pol, sub))
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if not _empty(v):
+                    m.skip("%s.%s.%s" % (pol, sub, k), v,
+                           "playbooks/driver_upgrade.yml drains each node itself (kubernetes.core.k8s_drain: eviction "
+                           "API, DaemonSets ignored); these %s settings have no variable this importer knows" % sub)
+        m.consume_tree("%s.%s" % (pol, sub))
+
+
+def _toolkit(m):
+    if not m.enabled("toolkit"):
+        m.set("container_toolkit_install", False, "toolkit.enabled")
+        m.set("container_toolkit_configure_runtime", False, "toolkit.enabled")
+        for f in m.section("toolkit"):
+            m.consume_tree("toolkit." + f)
+        m.notes.append("toolkit.*: not used by the operator while toolkit.enabled is false")
+        return
+    if m.get("toolkit.enabled") is not None:
+        m.set("container_toolkit_install", True, "toolkit.enabled")
+    version = m.get("toolkit.version")
+    if not _empty(version):
+        pkg = toolkit_package_version(version)
+        if pkg:
+            m.set("container_toolkit_version", pkg, "toolkit.version")
+        else:
+            m.skip("toolkit.version", version, "an image tag or digest with no toolkit package version")
+    m.consume_tree("toolkit.version")
+    inst = m.get("toolkit.installDir")
+    if not _empty(inst):
+        m.skip("toolkit.installDir", inst, "the toolkit is installed from packages into /usr/bin (or, with "
+               "container_toolkit_install_method: archive, linked into container_toolkit_archive_prefix/bin), "
+               "not into an operator install directory")
+    runtime = [None]
+
+    def set_runtime(value, path):
+        if value not in RUNTIMES:
+            m.skip(path, value, "not a runtime gpuops.nvidia configures (containerd, crio, docker)")
+            return
+        runtime[0] = value
+        m.set("container_toolkit_runtime", value, path)
+
+    configs = {}
+
+    def config_for(rt):
+        def handler(value, path):
+            configs[rt] = (value, path)
+        return handler
+
+    extra = {}
+
+    def socket_for(rt):
+        def handler(value, path):
+            extra.setdefault("socket", []).append((rt, value, path))
+        return handler
+
+    def set_default(value, path):
+        m.set("container_toolkit_set_as_default", _bool(value, path), path)
+
+    def set_class(value, path):
+        m.set("container_toolkit_runtime_name", value, path)
+
+    def set_mode(value, path):
+        if value not in RUNTIME_MODES:
+            m.skip(path, value, "not a runtime mode nvidia-container-runtime knows (%s)" % ", ".join(RUNTIME_MODES))
+        else:
+            m.set("container_toolkit_runtime_mode", value, path)
+
+    def set_dropin(value, path):
+        configs["drop-in"] = (value, path)
+
+    def crio_mode(value, path):
+        if value != "config":
+            m.skip(path, value, "gpuops.nvidia always registers the runtime in CRI-O's config (no OCI hook mode)")
+
+    handlers = {
+        "RUNTIME": set_runtime, "CONTAINERD_CONFIG": config_for("containerd"), "DOCKER_CONFIG": config_for("docker"),
+        "CRIO_CONFIG": config_for("crio"), "RUNTIME_CONFIG": config_for(None),
+        "CONTAINERD_SOCKET": socket_for("containerd"), "DOCKER_SOCKET": socket_for("docker"),
+        "RUNTIME_SOCKET": socket_for(None), "CONTAINERD_SET_AS_DEFAULT": set_default,
+        "NVIDIA_RUNTIME_SET_AS_DEFAULT": set_default, "CONTAINERD_RUNTIME_CLASS": set_class,
+        "NVIDIA_CONTAINER_RUNTIME_MODE": set_mode, "RUNTIME_DROP_IN_CONFIG_HOST_PATH": set_dropin,
+        "CRIO_CONFIG_MODE": crio_mode,
+    }
+    default_rt = m.get("operator.defaultRuntime")
+    if not _empty(default_rt):
+        set_runtime(default_rt, "operator.defaultRuntime")
+    m.common("toolkit", None, env_handlers=handlers, keep=("version",),
+             what=WHY_IMAGE_HOST.format(what="the NVIDIA container toolkit", role="container_toolkit"))
+    rt = runtime[0]
+    for key, (value, path) in configs.items():
+        if key == "drop-in":
+            if rt in (None, "containerd"):
+                m.set("container_toolkit_containerd_drop_in_path", value, path)
+            else:
+                m.skip(path, value, "drop-in files are used for containerd only here")
+        elif key is None or key == rt or (rt is None and len([k for k in configs if k != "drop-in"]) == 1):
+            m.set("container_toolkit_runtime_config_path", value, path)
+        else:
+            m.skip(path, value, "configures %s, but the runtime here is %s" % (key, rt))
+    for rt_key, value, path in extra.get("socket", []):
+        if rt_key in (None, rt) or rt is None:
+            args = dict(m.vars.get("container_toolkit_runtime_extra_args", {}))
+            args["socket"] = value
+            m.set("container_toolkit_runtime_extra_args", args, path)
+        else:
+            m.skip(path, value, "configures %s, but the runtime here is %s" % (rt_key, rt))
+
+
+def _cdi(m):
+    enabled = m.get("cdi.enabled")
+    if enabled is not None:
+        on = _bool(enabled, "cdi.enabled")
+        for var in ("container_toolkit_cdi_enabled", "container_toolkit_enable_cdi", "mig_manager_cdi_enabled"):
+            m.set(var, on, "cdi.enabled")
+        if "container_toolkit_runtime_mode" not in m.vars:
+            m.set("container_toolkit_runtime_mode", "cdi" if on else "legacy", "cdi.enabled")
+    default = m.get("cdi.default")
+    if default is not None:
+        m.skip("cdi.default", default, "deprecated and ignored by the operator; cdi.enabled decides (mapped to "
+                                       "container_toolkit_runtime_mode)")
+    nri = m.get("cdi.nriPluginEnabled")
+    if nri is not None and _bool(nri, "cdi.nriPluginEnabled"):
+        m.skip("cdi.nriPluginEnabled", nri, "no NRI plugin is run by gpuops.nvidia")
+
+
+def _device_plugin(m, disabled):
+    key = "devicePlugin"
+    if not m.enabled(key):
+        disabled["device_plugin"] = key + ".enabled"
+    name = m.get(key + ".config.name")
+    default = m.get(key + ".config.default")
+    configs = None
+    if not _empty(name):
+        data = m.configmap(key + ".config.name", name)
+        if data is None:
+            m.skip(key + ".config.name", name, "the named configs are the data of ConfigMap %s: import from the live "
+                   "cluster, or add the ConfigMap as another document of the ClusterPolicy file" % name)
+        else:
+            configs = {}
+            for k, text in data.items():
+                try:
+                    configs[k] = yaml.safe_load(text) if isinstance(text, str) else text
+                except yaml.YAMLError as e:
+                    raise ClusterPolicyError("ConfigMap %s key %s is not YAML: %s" % (name, k, e)) from e
+    for f in ("create", "data"):  # helm-only keys some ClusterPolicies carry
+        if m.has("%s.config.%s" % (key, f)):
+            m.skip("%s.config.%s" % (key, f), m.get("%s.config.%s" % (key, f)), "helm chart value, not a ClusterPolicy field")
+    if not _empty(default):
+        m.set("device_plugin_default_config", default, key + ".config.default")
+        m.set("gfd_default_config", default, key + ".config.default")
+    flags = {}
+
+    def flag(*where, conv=None):
+        def handler(value, path):
+            flags[where] = (conv(value, path) if conv else value, path)
+        return handler
+
+    def list_strategy(value, path):
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        return parts if len(parts) > 1 else (parts[0] if parts else value)
+
+    def mig_env(value, path):
+        strategy = m.get("mig.strategy")
+        if _empty(strategy):
+            m.set("gpuops_mig_strategy", value, path)
+        elif value != strategy:
+            m.skip(path, value, "mig.strategy (%s) decides the MIG strategy" % strategy)
+
+    handlers = {
+        "DEVICE_LIST_STRATEGY": flag("plugin", "deviceListStrategy", conv=list_strategy),
+        "DEVICE_ID_STRATEGY": flag("plugin", "deviceIDStrategy"),
+        "PASS_DEVICE_SPECS": flag("plugin", "passDeviceSpecs", conv=_bool),
+        "FAIL_ON_INIT_ERROR": flag("failOnInitError", conv=_bool),
+        "MIG_STRATEGY": mig_env,
+    }
+    m.common(key, "device_plugin", env_handlers=handlers)
+    if m.has(key + ".mps.root"):
+        root = m.get(key + ".mps.root")
+        if root != "/run/nvidia/mps":
+            m.skip(key + ".mps.root", root, "the MPS root is fixed at /run/nvidia/mps by gpuops.nvidia's manifests")
+    m.consume_tree(key + ".mps")
+    if flags:
+        if configs is None and not _empty(name):
+            for value, path in flags.values():
+                m.skip(path, value, "belongs in the flags of every config of ConfigMap %s, which was not given" % name)
+        else:
+            configs = configs if configs is not None else {(default or "default"): {"version": "v1"}}
+            for cfg in configs.values():
+                if not isinstance(cfg, dict):
+                    continue
+                for where, (value, _path) in flags.items():
+                    node = cfg.setdefault("flags", {})
+                    for k in where[:-1]:
+                        node = node.setdefault(k, {})
+                    node[where[-1]] = value
+    if configs is not None:
+        paths = ([key + ".config.name"] if not _empty(name) else []) + [p for _v, p in flags.values()]
+        m.set("gpuops_device_plugin_configs", configs, *paths)
+
+
+def _gfd(m, disabled):
+    if not m.enabled("gfd"):
+        disabled["gfd"] = "gfd.enabled"
+
+    def sleep(value, path):
+        m.set("gfd_sleep_interval", value, path)
+    m.common("gfd", "gfd", env_handlers={"GFD_SLEEP_INTERVAL": sleep})
+
+
+def _mig(m, disabled):
+    strategy = m.get("mig.strategy")
+    if not _empty(strategy):
+        if strategy not in ("none", "single", "mixed"):
+            raise ClusterPolicyError("mig.strategy must be none, single or mixed, got %r" % (strategy,))
+        m.set("gpuops_mig_strategy", strategy, "mig.strategy")
+    key = "migManager"
+    if not m.enabled(key):
+        disabled["mig_manager"] = key + ".enabled"
+
+    def with_reboot(value, path):
+        m.set("mig_manager_with_reboot", _bool(value, path), path)
+    m.common(key, "mig_manager", env_handlers={"WITH_REBOOT": with_reboot})
+    for sub, var, cm_key in (("config", "gpuops_mig_configs", "config.yaml"),
+                             ("gpuClientsConfig", "mig_manager_gpu_clients", "clients.yaml")):
+        name = m.get("%s.%s.name" % (key, sub))
+        if _empty(name):
+            continue
+        data = m.configmap("%s.%s.name" % (key, sub), name)
+        if data is None:
+            m.skip("%s.%s.name" % (key, sub), name, "the %s is the %s key of ConfigMap %s: import from the live cluster, "
+                   "or add the ConfigMap as another document of the ClusterPolicy file" % (var, cm_key, name))
+        elif cm_key not in data:
+            m.skip("%s.%s.name" % (key, sub), name, "ConfigMap %s has no %s key" % (name, cm_key))
+        else:
+            m.set(var, yaml.safe_load(data[cm_key]), "%s.%s.name" % (key, sub))
+    default = m.get(key + ".config.default")
+    if not _empty(default):
+        m.set("mig_manager_default_config", default, key + ".config.default")
+    for f in ("create", "data"):
+        if m.has("%s.config.%s" % (key, f)):
+            m.skip("%s.config.%s" % (key, f), m.get("%s.config.%s" % (key, f)), "helm chart value, not a ClusterPolicy field")
+
+
+def _dcgm(m, disabled):
+    key = "dcgmExporter"
+    if not m.enabled(key):
+        disabled["dcgm_exporter"] = key + ".enabled"
+
+    def listen(value, path):
+        mm = re.match(r"^[^:]*:(\d+)$", value)
+        if mm:
+            m.set("dcgm_exporter_port", int(mm.group(1)), path)
+        else:
+            m.skip(path, value, "not a :PORT listen address")
+    m.common(key, "dcgm_exporter", env_handlers={"DCGM_EXPORTER_LISTEN": listen})
+    sm = key + ".serviceMonitor"
+    if m.get(sm + ".enabled") is not None:
+        m.set("dcgm_exporter_service_monitor", "true" if _bool(m.get(sm + ".enabled"), sm + ".enabled") else "false",
+              sm + ".enabled")
+    if m.has(sm + ".interval"):
+        m.set("dcgm_exporter_service_monitor_interval", str(m.get(sm + ".interval")), sm + ".interval")
+    if m.has(sm + ".additionalLabels"):
+        m.set("dcgm_exporter_service_monitor_labels", m.get(sm + ".additionalLabels"), sm + ".additionalLabels")
+    for f, why in (("honorLabels", "the ServiceMonitor's honorLabels is not configurable here"),
+                   ("scrapeTimeout", "the ServiceMonitor's scrapeTimeout is not configurable here (Prometheus' default applies)"),
+                   ("relabelings", "the ServiceMonitor's relabelings are not configurable here")):
+        value = m.get("%s.%s" % (sm, f))
+        if not _empty(value) and value is not False:
+            m.skip("%s.%s" % (sm, f), value, why)
+    name = m.get(key + ".config.name")
+    if not _empty(name):
+        data = m.configmap(key + ".config.name", name)
+        if data is None:
+            m.skip(key + ".config.name", name, "the metrics are the dcgm-metrics.csv key of ConfigMap %s: import from "
+                   "the live cluster, or add the ConfigMap as another document of the ClusterPolicy file" % name)
+        elif "dcgm-metrics.csv" not in data:
+            m.skip(key + ".config.name", name, "ConfigMap %s has no dcgm-metrics.csv key" % name)
+        else:
+            m.set("dcgm_exporter_metrics", parse_metrics_csv(data["dcgm-metrics.csv"]), key + ".config.name")
+    for f in ("create", "data"):
+        if m.has("%s.config.%s" % (key, f)):
+            m.skip("%s.config.%s" % (key, f), m.get("%s.config.%s" % (key, f)), "helm chart value, not a ClusterPolicy field")
+    if m.has(key + ".service.type"):
+        m.set("dcgm_exporter_service_type", m.get(key + ".service.type"), key + ".service.type")
+    itp = m.get(key + ".service.internalTrafficPolicy")
+    if not _empty(itp) and itp != "Cluster":
+        m.skip(key + ".service.internalTrafficPolicy", itp, "the Service's internalTrafficPolicy is not configurable here")
+    m.consume_tree(key + ".service")
+    for f in ("hostPID", "enablePodLabels", "enablePodUID"):
+        value = m.get("%s.%s" % (key, f))
+        if value is not None and _bool(value, "%s.%s" % (key, f)):
+            m.skip("%s.%s" % (key, f), value, "not configurable in gpuops.nvidia's dcgm-exporter manifests")
+    hpc = m.get(key + ".hpcJobMapping.enabled")
+    if hpc is not None and _bool(hpc, key + ".hpcJobMapping.enabled"):
+        m.skip(key + ".hpcJobMapping", m.get(key + ".hpcJobMapping"), "HPC job mapping is not configurable here")
+    m.consume_tree(key + ".hpcJobMapping")
+    if m.has(key + ".podLabelAllowlistRegex"):
+        m.skip(key + ".podLabelAllowlistRegex", m.get(key + ".podLabelAllowlistRegex"), "pod labels are not exported here")
+    if m.has(key + ".annotations"):
+        m.skip(key + ".annotations", m.get(key + ".annotations"), "pod annotations are not configurable here")
+
+
+def parse_metrics_csv(text):
+    """dcgm-exporter's counters CSV -> [[field, type, help], ...] (comments and blank lines dropped)."""
+    rows = []
+    for row in csv.reader(io.StringIO(text), skipinitialspace=True):
+        if not row or not row[0].strip() or row[0].lstrip().startswith("#"):
+            continue
+        if len(row) < 2:
+            raise ClusterPolicyError("dcgm-metrics.csv row %r needs at least a field and a type" % (row,))
+        rows.append([row[0].strip(), row[1].strip(), ",".join(row[2:]).strip()])
+    return rows
+
+
+def _sandbox(m, disabled):
+    enabled = m.get("sandboxWorkloads.enabled")
+    on = enabled is not None and _bool(enabled, "sandboxWorkloads.enabled")
+    workload = m.get("sandboxWorkloads.defaultWorkload")
+    if not _empty(workload) and workload not in WORKLOADS:
+        raise ClusterPolicyError("sandboxWorkloads.defaultWorkload must be one of %s, got %r" % (", ".join(WORKLOADS), workload))
+    if on:
+        if not _empty(workload):
+            m.set("gpuops_default_workload", workload, "sandboxWorkloads.defaultWorkload")
+        mode = m.get("sandboxWorkloads.mode")
+        if not _empty(mode):
+            if mode not in ("kubevirt", "kata"):
+                raise ClusterPolicyError("sandboxWorkloads.mode must be kubevirt or kata, got %r" % (mode,))
+            m.set("gpuops_sandbox_mode", mode, "sandboxWorkloads.mode")
+    else:
+        if enabled is not None or not _empty(workload):
+            # every GPU node runs containers while sandbox workloads are off
+            m.set("gpuops_default_workload", "container", "sandboxWorkloads.enabled")
+        if not _empty(workload) and workload != "container":
+            m.notes.append("sandboxWorkloads.defaultWorkload=%s: ignored by the operator while sandboxWorkloads.enabled "
+                           "is false" % workload)
+        m.consume_tree("sandboxWorkloads")
+        for key in SANDBOX_COMPONENTS:
+            if isinstance(m.spec.get(key), dict) and m.spec[key]:
+                m.notes.append("%s.*: not deployed by the operator while sandboxWorkloads.enabled is false" % key)
+            m.consume_tree(key)
+            m.inert.add(key)
+        disabled.update({"vgpu_device_manager": "sandboxWorkloads.enabled", "sandbox_device_plugin": "sandboxWorkloads.enabled"})
+        return
+    # vfio-manager: the host-side vfio role (playbooks/vfio.yml on the vm_passthrough group) does its work
+    if not m.enabled("vfioManager"):
+        m.skip("vfioManager.enabled", False, "gpuops.nvidia binds the GPUs of the hosts in the vm_passthrough group "
+               "to vfio-pci (playbooks/vfio.yml): keep hosts out of that group, or leave vfio.yml out, to do without")
+        m.consume_tree("vfioManager")
+    else:
+        m.common("vfioManager", None, what="the vfio role binds the GPUs to vfio-pci on the hosts itself "
+                 "(playbooks/vfio.yml), with no operator container image")
+        if m.has("vfioManager.driverManager"):
+            m.skip("vfioManager.driverManager", m.get("vfioManager.driverManager"),
+                   "k8s-driver-manager of the vfio-manager: the vfio role unbinds the host driver itself")
+        m.consume_tree("vfioManager.driverManager")
+        m.consume_tree("vfioManager.enabled")
+    if not m.enabled("vgpuDeviceManager"):
+        disabled["vgpu_device_manager"] = "vgpuDeviceManager.enabled"
+    m.common("vgpuDeviceManager", "vgpu_device_manager")
+    name = m.get("vgpuDeviceManager.config.name")
+    if not _empty(name):
+        data = m.configmap("vgpuDeviceManager.config.name", name)
+        if data is None:
+            m.skip("vgpuDeviceManager.config.name", name, "the vGPU configs are the config.yaml key of ConfigMap %s: "
+                   "import from the live cluster, or add the ConfigMap as another document of the ClusterPolicy file" % name)
+        elif "config.yaml" not in data:
+            m.skip("vgpuDeviceManager.config.name", name, "ConfigMap %s has no config.yaml key" % name)
+        else:
+            m.set("gpuops_vgpu_device_manager_config", yaml.safe_load(data["config.yaml"]), "vgpuDeviceManager.config.name")
+    default = m.get("vgpuDeviceManager.config.default")
+    if not _empty(default):
+        m.set("gpuops_vgpu_default_config", default, "vgpuDeviceManager.config.default")
+    if not m.enabled("sandboxDevicePlugin"):
+        disabled["sandbox_device_plugin"] = "sandboxDevicePlugin.enabled"
+    m.common("sandboxDevicePlugin", "sandbox_device_plugin")
+
+
+def _validator(m):
+    def with_workload(value, path):
+        m.set("validator_with_workload", _bool(value, path), path)
+    m.common("validator", "validator")
+    for sub in ("plugin", "cuda", "driver", "toolkit", "vfioPCI", "vgpuManager", "vgpuDevices"):
+        env = _env_list(m.get("validator.%s.env" % sub, []) or [], "validator.%s.env" % sub)
+        for name, (value, path) in env.items():
+            if name == "WITH_WORKLOAD" and sub in ("plugin", "cuda") and isinstance(value, str):
+                with_workload(value, path)
+            else:
+                m.skip(path, value, WHY_ENV)
+        m.consume_tree("validator." + sub)
+
+
+def _daemonsets(m):
+    tol = m.get("daemonsets.tolerations")
+    if tol is not None:
+        m.set("gpuops_k8s_tolerations", tol, "daemonsets.tolerations")
+    pc = m.get("daemonsets.priorityClassName")
+    if not _empty(pc):
+        sandbox = m.spec.get("sandboxWorkloads") or {}
+        sandbox_on = isinstance(sandbox, dict) and _bool(sandbox.get("enabled", False), "sandboxWorkloads.enabled")
+        for key, (prefix, _d) in IMAGE_COMPONENTS.items():
+            if sandbox_on or key not in SANDBOX_COMPONENTS:
+                m.set(prefix + "_priority_class", pc, "daemonsets.priorityClassName")
+    strategy = m.get("daemonsets.updateStrategy")
+    if not _empty(strategy) and strategy != "RollingUpdate":
+        m.skip("daemonsets.updateStrategy", strategy, "gpuops.nvidia's component DaemonSets always roll "
+               "(RollingUpdate, maxUnavailable 1); the driver's rollout is playbooks/driver_upgrade.yml")
+    for f, why in (("labels", "extra pod labels of the operands are not configurable here"),
+                   ("annotations", "extra pod annotations of the operands are not configurable here"),
+                   ("podSecurityContext", "the operands' pod security context is fixed by gpuops.nvidia's manifests")):
+        if m.has("daemonsets." + f):
+            m.skip("daemonsets." + f, m.get("daemonsets." + f), why)
+
+
+def _operator(m):
+    rc = m.get("operator.runtimeClass")
+    handler = next((e.get("value") for e in (m.spec.get("toolkit") or {}).get("env") or []
+                    if isinstance(e, dict) and e.get("name") == "CONTAINERD_RUNTIME_CLASS"), None) or "nvidia"
+    if not _empty(rc):
+        m.set("gpuops_runtime_class", rc, "operator.runtimeClass")
+        m.set("runtime_class_handlers", [{"name": rc, "handler": handler}], "operator.runtimeClass")
+    m.get("operator.defaultRuntime")  # mapped with the toolkit
+    ocp = m.get("operator.use_ocp_driver_toolkit")
+    if ocp is not None and _bool(ocp, "operator.use_ocp_driver_toolkit"):
+        m.skip("operator.use_ocp_driver_toolkit", ocp, "OpenShift Driver Toolkit builds are not used: the driver role "
+               "installs distribution or CUDA-repository packages")
+    for f in ("initContainer", "labels", "annotations", "metrics"):
+        value = m.get("operator." + f)
+        if not _empty(value):
+            m.skip("operator." + f, value, "a setting of the operator's own pods; gpuops.nvidia runs no operator")
+
+
+def _others(m):
+    for key, why in NOT_PROVIDED.items():
+        if key in ("vgpuManager", "kataManager", "kataSandboxDevicePlugin") and key in m.consumed:
+            continue
+        if key not in m.spec:
+            continue
+        section = m.spec.get(key)
+        on = m.enabled(key) if isinstance(section, dict) else False
+        if on:
+            m.skip(key, section, why)
+        m.consume_tree(key)
+    for key, why in (("psp", "PodSecurityPolicy was removed in Kubernetes 1.25; nothing to create"),
+                     ("psa", "gpuops.nvidia does not set pod-security.kubernetes.io labels on the namespace; label "
+                             "it privileged yourself if Pod Security Admission is enforced")):
+        value = m.get(key + ".enabled")
+        if value is not None and _bool(value, key + ".enabled"):
+            m.skip(key + ".enabled", value, why)
+        m.consume_tree(key)
+    hp = "hostPaths"
+    for f, default, var in (("rootFS", "/", None), ("driverInstallDir", "/run/nvidia/driver", None),
+                            ("kubeletRootDir", "/var/lib/kubelet", "validator_node_kubelet_dir")):
+        value = m.get("%s.%s" % (hp, f))
+        if _empty(value):
+            continue
+        if var:
+            m.set(var, value, "%s.%s" % (hp, f))
+        elif value != default:
+            m.skip("%s.%s" % (hp, f), value, "host paths of the operator's containers; gpuops.nvidia works on the "
+                   "hosts themselves (driver under /, toolkit in /usr/bin)")
+
+
+def clusterpolicy_to_vars(data, configmaps=None):
+    """The mapping (see the module docstring). ``configmaps``: {name: data} or ConfigMap objects, added
+    to the ConfigMaps found beside the ClusterPolicy."""
+    policy, found = find_clusterpolicy(data)
+    if configmaps:
+        if isinstance(configmaps, dict) and configmaps.get("kind") is None and "resources" not in configmaps:
+            found.update(configmaps)
+        else:
+            _p, extra = find_clusterpolicy([policy, configmaps])
+            found.update(extra)
+    m = _Mapper(policy["spec"], found)
+    disabled = {}
+    _operator(m)
+    _daemonsets(m)
+    _driver(m)
+    _upgrade(m)
+    _toolkit(m)
+    _cdi(m)
+    _mig(m, disabled)
+    _device_plugin(m, disabled)
+    _gfd(m, disabled)
+    _dcgm(m, disabled)
+    _sandbox(m, disabled)
+    _validator(m)
+    _image_vars(m)
+    _others(m)
+    if disabled:
+        m.set("gpuops_cluster_components", [c for c in CLUSTER_COMPONENTS if c not in disabled],
+              *sorted(set(disabled.values())))
+    m.leftover()
+    meta = policy.get("metadata") or {}
+    return {
+        "name": meta.get("name", ""),
+        "vars": _ordered(m.vars),
+        "sources": {k: m.sources[k] for k in _ordered(m.vars)},
+        "unmapped": m.unmapped,
+        "notes": m.notes,
+        "configmaps_needed": m.configmaps_needed,
+    }
+
+
+_SECTIONS = [
+    ("Cluster-wide", ("gpuops_",)),
+    ("Driver", ("driver_", "gpu_upgrade_")),
+    ("Container toolkit and runtime", ("container_toolkit_", "runtime_class_")),
+    ("Device plugin", ("device_plugin_",)),
+    ("GPU feature discovery", ("gfd_",)),
+    ("DCGM exporter", ("dcgm_exporter_",)),
+    ("MIG manager", ("mig_manager_",)),
+    ("Validator", ("validator_",)),
+    ("vGPU device manager", ("vgpu_device_manager_",)),
+    ("Sandbox device plugin", ("sandbox_device_plugin_",)),
+]
+
+
+def _section_of(var):
+    for i, (_title, prefixes) in enumerate(_SECTIONS):
+        if var.startswith(prefixes):
+            return i
+    return len(_SECTIONS)
+
+
+def _ordered(variables):
+    return {k: variables[k] for k in sorted(variables, key=lambda k: (_section_of(k), k))}
+
+
+def _dump(value):
+    return yaml.safe_dump(value, default_flow_style=False, sort_keys=False, width=100, allow_unicode=True)
+
+
+def _comment_value(value):
+    text = yaml.safe_dump(value, default_flow_style=True, width=10 ** 6, sort_keys=False).strip()
+    if text.endswith("\n..."):
+        text = text[:-4].strip()
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def group_vars_text(result, source=""):
+    """The group_vars YAML file for a clusterpolicy_to_vars result: each variable with the fields it
+    comes from, then every field with no equivalent (path: value -- why) as comments."""
+    if not isinstance(result, dict) or "vars" not in result:
+        raise ClusterPolicyError("expected the result of clusterpolicy_to_vars (with vars, sources, unmapped)")
+    lines = ["---",
+             "# gpuops.nvidia group_vars imported from GPU Operator ClusterPolicy %s%s" % (
+                 result.get("name") or "?", (" (%s)" % source) if source else ""),
+             "# by playbooks/import_clusterpolicy.yml (the gpuops.nvidia.clusterpolicy_to_vars filter).",
+             "# Each variable names the ClusterPolicy field(s) it comes from; the fields with no equivalent",
+             "# in gpuops.nvidia are listed at the end, with why."]
+    current = None
+    sources = result.get("sources") or {}
+    for var, value in (result.get("vars") or {}).items():
+        sec = _section_of(var)
+        if sec != current:
+            current = sec
+            lines += ["", "# --- %s ---" % (_SECTIONS[sec][0] if sec < len(_SECTIONS) else "Other")]
+        lines.append("# from %s" % ", ".join(sources.get(var) or ["?"]))
+        lines += _dump({var: value}).rstrip("\n").split("\n")
+    notes = result.get("notes") or []
+    if notes:
+        lines += ["", "# --- Needs nothing here ---"] + ["#   %s" % n for n in notes]
+    unmapped = result.get("unmapped") or []
+    lines += ["", "# --- No equivalent in gpuops.nvidia (%d) ---" % len(unmapped)]
+    if not unmapped:
+        lines.append("#   (none)")
+    for u in unmapped:
+        lines.append("#   %s: %s" % (u["path"], _comment_value(u["value"]).replace("\n", " ")))
+        lines.append("#       -- %s" % u["why"])
+    return "\n".join(lines) + "\n"

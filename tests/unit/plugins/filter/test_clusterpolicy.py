@@ -1,0 +1,368 @@
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+"""ClusterPolicy import (issue 16, part 4): the exact variables and the exact list of fields with no
+equivalent, for ClusterPolicies shaped like the GPU Operator's published samples; the written
+group_vars are what the roles' argument specs accept (their defaults templated with them, as Ansible
+does) and what the roles' own config validators accept."""
+from __future__ import annotations
+
+import copy
+import os
+import sys
+
+import pytest
+import yaml
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible_collections.gpuops.nvidia.plugins.filter import clusterpolicy as f
+from ansible_collections.gpuops.nvidia.plugins.filter import k8s_plan
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _clusterpolicy as cp
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "roles"))
+from role_render import ROLES, Role, _untagged  # noqa: E402
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "clusterpolicy")
+
+
+def load(name):
+    with open(os.path.join(FIXTURES, name)) as fh:
+        return [d for d in yaml.safe_load_all(fh) if d]
+
+
+def paths(result):
+    return [u["path"] for u in result["unmapped"]]
+
+
+UPGRADE_DRAIN = ["driver.upgradePolicy.drain.deleteEmptyDir", "driver.upgradePolicy.drain.enable",
+                 "driver.upgradePolicy.drain.force", "driver.upgradePolicy.drain.timeoutSeconds"]
+
+EXPECTED = {
+    "default-sample.yaml": {
+        "vars": {
+            "gpuops_cluster_components": ["runtime_class", "nfd", "gfd", "device_plugin", "dcgm_exporter", "mig_manager",
+                                          "validator", "policies"],
+            "gpuops_default_workload": "container",
+            "gpuops_mig_strategy": "single",
+            "gpuops_runtime_class": "nvidia",
+            "driver_state": "present",
+            "gpu_upgrade_max_unavailable": 1,
+            "container_toolkit_install": True,
+            "runtime_class_handlers": [{"name": "nvidia", "handler": "nvidia"}],
+            "validator_with_workload": False,
+        },
+        "unmapped": ["operator.use_ocp_driver_toolkit", "driver.upgradePolicy.autoUpgrade"] + UPGRADE_DRAIN + [
+            "driver.upgradePolicy.podDeletion.deleteEmptyDir", "driver.upgradePolicy.podDeletion.force",
+            "driver.upgradePolicy.podDeletion.timeoutSeconds", "driver.upgradePolicy.waitForCompletion.timeoutSeconds",
+            "dcgm"],
+    },
+    "mig-mixed-custom-registry.yaml": {
+        "vars": {
+            "gpuops_cluster_components": ["runtime_class", "nfd", "gfd", "device_plugin", "mig_manager", "validator",
+                                          "policies"],
+            "gpuops_default_workload": "container",
+            "gpuops_device_plugin_configs": {"any": {
+                "version": "v1",
+                "flags": {"migStrategy": "mixed", "plugin": {"deviceListStrategy": "volume-mounts", "passDeviceSpecs": True}},
+                "sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}},
+            "gpuops_k8s_tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+            "gpuops_mig_configs": {"version": "v1", "mig-configs": {
+                "all-disabled": [{"devices": "all", "mig-enabled": False}],
+                "all-1g.10gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]}},
+            "gpuops_mig_strategy": "mixed",
+            "gpuops_registry": "registry.example.com",
+            "gpuops_runtime_class": "nvidia",
+            "driver_branch": "580",
+            "driver_kernel_module_type": "open",
+            "driver_precompiled": "never",
+            "driver_state": "present",
+            "driver_version": "580.95.05",
+            "gpu_upgrade_max_unavailable": 1,
+            "container_toolkit_cdi_enabled": True,
+            "container_toolkit_enable_cdi": True,
+            "container_toolkit_install": True,
+            "container_toolkit_runtime": "containerd",
+            "container_toolkit_runtime_config_path": "/etc/containerd/config.toml",
+            "container_toolkit_runtime_extra_args": {"socket": "/run/containerd/containerd.sock"},
+            "container_toolkit_runtime_mode": "cdi",
+            "container_toolkit_runtime_name": "nvidia",
+            "container_toolkit_set_as_default": False,
+            "container_toolkit_version": "1.17.8-1",
+            "runtime_class_handlers": [{"name": "nvidia", "handler": "nvidia"}],
+            "device_plugin_default_config": "any",
+            "device_plugin_image": {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": "v0.20.0"},
+            "device_plugin_image_pull_secrets": ["regcred"],
+            "device_plugin_priority_class": "system-node-critical",
+            "device_plugin_resources": {"limits": {"memory": "512Mi"}},
+            "gfd_default_config": "any",
+            "gfd_image": {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": "v0.20.0"},
+            "gfd_priority_class": "system-node-critical",
+            "gfd_sleep_interval": "120s",
+            "dcgm_exporter_image": {"repository": "nvcr.io/nvidia/k8s", "image": "dcgm-exporter",
+                                    "version": "4.6.0-4.8.3-distroless"},
+            "dcgm_exporter_priority_class": "system-node-critical",
+            "dcgm_exporter_service_monitor": "false",
+            "mig_manager_cdi_enabled": True,
+            "mig_manager_default_config": "all-1g.10gb",
+            "mig_manager_image": {"repository": "nvcr.io/nvidia/cloud-native", "image": "k8s-mig-manager",
+                                  "version": "v0.15.0"},
+            "mig_manager_priority_class": "system-node-critical",
+            "mig_manager_with_reboot": True,
+            "validator_image": {"repository": "nvcr.io/nvidia", "image": "gpu-operator", "version": "v26.7.0"},
+            "validator_image_pull_policy": "IfNotPresent",
+            "validator_image_pull_secrets": ["regcred"],
+            "validator_priority_class": "system-node-critical",
+        },
+        "unmapped": [
+            "operator.initContainer", "driver.repository", "driver.image", "driver.imagePullPolicy",
+            "driver.imagePullSecrets", "driver.rdma.enabled", "driver.rdma.useHostMofed",
+            "driver.upgradePolicy.maxUnavailable", "daemonsets.rollingUpdate.maxUnavailable",
+            "driver.upgradePolicy.autoUpgrade", "driver.upgradePolicy.drain.enable", "driver.upgradePolicy.drain.force",
+            "driver.upgradePolicy.drain.timeoutSeconds", "driver.upgradePolicy.drain.deleteEmptyDir", "toolkit.installDir",
+            "toolkit.repository", "toolkit.image", "cdi.default", "devicePlugin.env[NVIDIA_MIG_MONITOR_DEVICES]",
+            "nodeStatusExporter"],
+    },
+    "sandbox-vfio-vgpu.yaml": {
+        "vars": {
+            "gpuops_cluster_components": ["runtime_class", "nfd", "gfd", "device_plugin", "dcgm_exporter", "validator",
+                                          "vgpu_device_manager", "sandbox_device_plugin", "policies"],
+            "gpuops_default_workload": "vm-passthrough",
+            "gpuops_mig_strategy": "single",
+            "gpuops_runtime_class": "nvidia",
+            "gpuops_sandbox_mode": "kubevirt",
+            "gpuops_vgpu_default_config": "A100-1-5C",
+            "driver_branch": "580",
+            "driver_precompiled": "always",
+            "driver_state": "present",
+            "container_toolkit_cdi_enabled": False,
+            "container_toolkit_enable_cdi": False,
+            "container_toolkit_install": True,
+            "container_toolkit_runtime": "crio",
+            "container_toolkit_runtime_mode": "legacy",
+            "container_toolkit_version": "1.20.0-1",
+            "runtime_class_handlers": [{"name": "nvidia", "handler": "nvidia"}],
+            "device_plugin_priority_class": "gpu-critical",
+            "gfd_priority_class": "gpu-critical",
+            "dcgm_exporter_priority_class": "gpu-critical",
+            "dcgm_exporter_service_monitor": "true",
+            "dcgm_exporter_service_monitor_interval": "30s",
+            "dcgm_exporter_service_monitor_labels": {"release": "prometheus"},
+            "mig_manager_cdi_enabled": False,
+            "mig_manager_priority_class": "gpu-critical",
+            "validator_node_kubelet_dir": "/var/lib/k0s/kubelet",
+            "validator_priority_class": "gpu-critical",
+            "vgpu_device_manager_image": {"repository": "nvcr.io/nvidia/cloud-native", "image": "vgpu-device-manager",
+                                          "version": "v0.5.0"},
+            "vgpu_device_manager_priority_class": "gpu-critical",
+            "sandbox_device_plugin_image": {"repository": "nvcr.io/nvidia", "image": "kubevirt-gpu-device-plugin",
+                                            "version": "v1.6.0"},
+            "sandbox_device_plugin_priority_class": "gpu-critical",
+        },
+        "unmapped": ["daemonsets.updateStrategy", "driver.licensingConfig.secretName", "driver.licensingConfig.nlsEnabled",
+                     "vfioManager.repository", "vfioManager.image", "vfioManager.version", "vgpuDeviceManager.config.name",
+                     "vgpuManager"],
+    },
+}
+
+VGPU_CONFIGMAP = {"vgpu-devices-config": {"config.yaml": yaml.safe_dump({"version": "v1", "vgpu-configs": {
+    "default": [{"devices": "all", "vgpu-devices": {"A100-4C": 10}}],
+    "A100-1-5C": [{"devices": "all", "vgpu-devices": {"A100-1-5C": 7}}]}})}}
+
+
+@pytest.mark.parametrize("fixture", sorted(EXPECTED))
+def test_exact_vars_and_unmapped(fixture):
+    r = f.clusterpolicy_to_vars(load(fixture))
+    assert r["vars"] == EXPECTED[fixture]["vars"]
+    assert paths(r) == EXPECTED[fixture]["unmapped"]
+    for u in r["unmapped"]:
+        assert u["why"] and "value" in u
+    assert set(r["sources"]) == set(r["vars"]) and all(r["sources"].values())
+
+
+def test_every_unmapped_value_is_the_policys():
+    r = f.clusterpolicy_to_vars(load("mig-mixed-custom-registry.yaml"))
+    got = {u["path"]: u["value"] for u in r["unmapped"]}
+    assert got["driver.rdma.enabled"] is True
+    assert got["driver.upgradePolicy.maxUnavailable"] == "25%"
+    assert got["daemonsets.rollingUpdate.maxUnavailable"] == 2
+    assert got["devicePlugin.env[NVIDIA_MIG_MONITOR_DEVICES]"] == "all"
+    assert got["nodeStatusExporter"] == {"enabled": True}
+    assert "no node-status-exporter" in next(u["why"] for u in r["unmapped"] if u["path"] == "nodeStatusExporter")
+
+
+def test_default_sample_sandbox_components_are_notes_not_unmapped():
+    r = f.clusterpolicy_to_vars(load("default-sample.yaml"))
+    assert not [p for p in paths(r) if p.split(".")[0] in cp.SANDBOX_COMPONENTS]
+    assert any(n.startswith("vgpuManager.*") for n in r["notes"])
+
+
+def test_missing_configmap_is_listed_and_given_one_is_mapped():
+    docs = load("sandbox-vfio-vgpu.yaml")
+    r = f.clusterpolicy_to_vars(docs)
+    assert r["configmaps_needed"] == ["vgpu-devices-config"]
+    r2 = f.clusterpolicy_to_vars(docs, VGPU_CONFIGMAP)
+    assert r2["configmaps_needed"] == [] and "vgpuDeviceManager.config.name" not in paths(r2)
+    cfg = r2["vars"]["gpuops_vgpu_device_manager_config"]
+    assert k8s_plan.k8s_vgpu_config_names(cfg, r2["vars"]["gpuops_vgpu_default_config"]) == ["A100-1-5C", "default"]
+    # the same ConfigMap as an object beside the ClusterPolicy (a multi-document file, or k8s_info results)
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "vgpu-devices-config"},
+          "data": VGPU_CONFIGMAP["vgpu-devices-config"]}
+    assert f.clusterpolicy_to_vars(docs + [cm])["vars"] == r2["vars"]
+    assert f.clusterpolicy_to_vars({"resources": docs}, {"resources": [cm]})["vars"] == r2["vars"]
+
+
+def test_device_plugin_env_without_configmap_makes_the_default_config():
+    policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {
+        "devicePlugin": {"env": [{"name": "DEVICE_LIST_STRATEGY", "value": "cdi-annotations,envvar"},
+                                 {"name": "DEVICE_ID_STRATEGY", "value": "index"},
+                                 {"name": "FAIL_ON_INIT_ERROR", "value": "false"}]}}}
+    r = f.clusterpolicy_to_vars(policy)
+    assert r["vars"]["gpuops_device_plugin_configs"] == {"default": {"version": "v1", "flags": {
+        "failOnInitError": False,
+        "plugin": {"deviceListStrategy": ["cdi-annotations", "envvar"], "deviceIDStrategy": "index"}}}}
+    k8s_plan.k8s_device_plugin_data(r["vars"]["gpuops_device_plugin_configs"])  # the role's validator accepts it
+    # named configs in a ConfigMap that was not given: the flags cannot be placed
+    policy["spec"]["devicePlugin"]["config"] = {"name": "dp-config", "default": "a"}
+    r = f.clusterpolicy_to_vars(policy)
+    assert "gpuops_device_plugin_configs" not in r["vars"]
+    assert {"devicePlugin.config.name", "devicePlugin.env[DEVICE_LIST_STRATEGY]"} <= set(paths(r))
+
+
+def test_unknown_fields_are_listed_not_dropped():
+    docs = load("default-sample.yaml")
+    spec = docs[0]["spec"]
+    spec["futureComponent"] = {"enabled": True, "knob": {"depth": 3}}
+    spec["toolkit"]["newField"] = "x"
+    r = f.clusterpolicy_to_vars(docs)
+    got = {u["path"]: u["value"] for u in r["unmapped"]}
+    assert got["futureComponent.enabled"] is True and got["futureComponent.knob.depth"] == 3
+    assert got["toolkit.newField"] == "x"
+
+
+@pytest.mark.parametrize("policy, match", [
+    ([], "exactly one ClusterPolicy, found 0"),
+    ([{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": n}, "spec": {}} for n in "ab"],
+     "found 2: a, b"),
+    ({"apiVersion": "nvidia.com/v2", "kind": "ClusterPolicy", "spec": {}}, "apiVersion must be nvidia.com/v1"),
+    ({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "spec": {"mig": {"strategy": "double"}}},
+     "mig.strategy must be none, single or mixed"),
+    ({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "spec": {"driver": {"enabled": "maybe"}}},
+     "driver.enabled must be a boolean"),
+    ({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "spec": {"toolkit": {"env": "CONTAINERD_CONFIG=x"}}},
+     "toolkit.env must be a list"),
+    ("text", "expected Kubernetes objects"),
+])
+def test_refused_with_a_message(policy, match):
+    with pytest.raises(AnsibleFilterError, match="clusterpolicy_to_vars: .*" + match):
+        f.clusterpolicy_to_vars(policy)
+
+
+@pytest.mark.parametrize("tag, package", [
+    ("v1.17.8", "1.17.8-1"), ("v1.17.8-ubuntu20.04", "1.17.8-1"), ("1.20.0", "1.20.0-1"),
+    ("v1.18.0-rc.1", "1.18.0~rc.1-1"), ("sha256:abcd", None), ("latest", None)])
+def test_toolkit_package_version(tag, package):
+    assert cp.toolkit_package_version(tag) == package
+
+
+@pytest.mark.parametrize("policy_bits, expected, left", [
+    ({"driver": {"upgradePolicy": {"maxParallelUpgrades": 3, "maxUnavailable": 2}}}, 2,
+     ["driver.upgradePolicy.maxParallelUpgrades"]),
+    ({"driver": {"upgradePolicy": {"maxUnavailable": "10%"}}, "daemonsets": {"rollingUpdate": {"maxUnavailable": "1"}}},
+     "10%", ["daemonsets.rollingUpdate.maxUnavailable"]),
+    ({"daemonsets": {"rollingUpdate": {"maxUnavailable": "3"}}}, 3, []),
+    ({"driver": {"upgradePolicy": {"maxParallelUpgrades": 0}}}, None, ["driver.upgradePolicy.maxParallelUpgrades"]),
+])
+def test_upgrade_batch(policy_bits, expected, left):
+    r = f.clusterpolicy_to_vars({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "spec": policy_bits})
+    assert r["vars"].get("gpu_upgrade_max_unavailable") == expected
+    assert paths(r) == left
+
+
+def test_registry_per_component_when_hosts_differ():
+    spec = {"devicePlugin": {"repository": "a.example/nvidia", "version": "v0.18.0"},
+            "gfd": {"repository": "b.example/mirror/nvidia"}}
+    r = f.clusterpolicy_to_vars({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "spec": spec})
+    v = r["vars"]
+    assert "gpuops_registry" not in v
+    assert v["device_plugin_registry"] == "a.example" and v["gfd_registry"] == "b.example"
+    assert v["device_plugin_image"] == {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": "v0.18.0"}
+    assert v["gfd_image"]["repository"] == "b.example/mirror/nvidia"
+    # what the roles will pull
+    assert k8s_plan.k8s_image(v["gfd_image"], v["gfd_registry"]) == "b.example/mirror/nvidia/k8s-device-plugin:v0.20.0"
+    assert k8s_plan.k8s_image(v["device_plugin_image"], v["device_plugin_registry"]) == \
+        "a.example/nvidia/k8s-device-plugin:v0.18.0"
+
+
+def test_default_images_are_the_roles_defaults():
+    for key, (prefix, default) in cp.IMAGE_COMPONENTS.items():
+        with open(os.path.join(ROLES, prefix, "defaults", "main.yml")) as fh:
+            assert yaml.safe_load(fh)[prefix + "_image"] == default, key
+
+
+def test_cluster_components_are_cluster_ymls_default_order():
+    with open(os.path.join(ROLES, "..", "playbooks", "cluster.yml")) as fh:
+        play = yaml.safe_load(fh)[1]
+    assert play["vars"]["_cluster_default_order"] == cp.CLUSTER_COMPONENTS
+
+
+# roles whose defaults read the imported variables (role-level or the cluster-wide gpuops_* ones)
+SPEC_ROLES = ["container_toolkit", "driver", "device_plugin", "gfd", "dcgm_exporter", "mig_manager", "validator",
+              "vgpu_device_manager", "sandbox_device_plugin", "runtime_class", "node_labels", "gpu_operator", "nfd",
+              "doctor"]
+
+
+def role_arguments(role, variables, entry="main"):
+    """Every option of the role's entry point as the role sees it with these group_vars: its
+    defaults templated over the imported variables (which take precedence, as group_vars do)."""
+    r = Role(role)
+    with open(os.path.join(r.path, "meta", "argument_specs.yml")) as fh:
+        specs = yaml.safe_load(fh)["argument_specs"]
+    spec = specs[entry]["options"]
+    templar = r.templar(**copy.deepcopy(variables))
+    values = {}
+    for name in spec:
+        if name in variables:
+            values[name] = variables[name]
+        elif name in r.variables():
+            values[name] = _untagged(templar.template(r.variables()[name]))
+    return spec, values
+
+
+@pytest.mark.parametrize("fixture", sorted(EXPECTED))
+def test_written_group_vars_pass_the_roles_argument_specs(fixture, tmp_path):
+    result = f.clusterpolicy_to_vars(load(fixture), VGPU_CONFIGMAP)
+    text = f.clusterpolicy_group_vars(result, fixture)
+    written = yaml.safe_load(text)
+    assert written == result["vars"]  # the comments carry the rest
+    for u in result["unmapped"]:
+        assert "#   %s: " % u["path"] in text
+    checked = set()
+    for role in SPEC_ROLES:
+        with open(os.path.join(ROLES, role, "meta", "argument_specs.yml")) as fh:
+            entries = yaml.safe_load(fh)["argument_specs"]
+        for entry in entries:
+            spec, values = role_arguments(role, written, entry)
+            res = ArgumentSpecValidator(spec).validate(values)
+            assert not res.error_messages, (role, entry, res.error_messages)
+            checked |= set(values) & set(written)
+    role_vars = {k for k in written if not k.startswith("gpuops_") and k != "gpu_upgrade_max_unavailable"}
+    assert role_vars <= checked, role_vars - checked
+    # the configs the roles validate before applying anything
+    dp = k8s_plan.k8s_device_plugin_data(role_arguments("device_plugin", written)[1]["device_plugin_configs"],
+                                         written.get("device_plugin_default_config", "default"),
+                                         written.get("gpuops_mig_strategy", "single"))
+    assert dp["data"]
+    k8s_plan.k8s_mig_config_names(role_arguments("mig_manager", written)[1]["mig_manager_configs"])
+
+
+def test_group_vars_text_is_stable_and_commented():
+    result = f.clusterpolicy_to_vars(load("mig-mixed-custom-registry.yaml"))
+    text = f.clusterpolicy_group_vars(result, "cp.yaml")
+    assert text == f.clusterpolicy_group_vars(f.clusterpolicy_to_vars(load("mig-mixed-custom-registry.yaml")), "cp.yaml")
+    assert text.startswith("---\n# gpuops.nvidia group_vars imported from GPU Operator ClusterPolicy cluster-policy (cp.yaml)")
+    assert "# from driver.upgradePolicy.maxParallelUpgrades\ngpu_upgrade_max_unavailable: 1\n" in text
+    assert "# --- No equivalent in gpuops.nvidia (20) ---" in text
+    with pytest.raises(AnsibleFilterError, match="clusterpolicy_group_vars: expected the result"):
+        f.clusterpolicy_group_vars({"name": "x"})
