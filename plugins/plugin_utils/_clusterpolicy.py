@@ -436,14 +436,45 @@ def _upgrade(m):
     if auto is not None:
         m.skip(pol + ".autoUpgrade", auto, "upgrades are not automatic here: a changed driver_version is rolled out "
                                            "by running playbooks/driver_upgrade.yml")
+    # playbooks/driver_upgrade.yml always drains (eviction API). With drain.enable the operator drains with
+    # drain.*; without it, it deletes the GPU pods with podDeletion.* (gpuPodDeletion in the helm values):
+    # the settings of whichever the operator uses become the drain's.
+    drain_on = m.get(pol + ".drain.enable")
+    drain_on = drain_on is not None and _bool(drain_on, pol + ".drain.enable")
+    if drain_on:
+        used = "drain"
+    else:
+        used = next((s for s in ("podDeletion", "gpuPodDeletion") if isinstance(m.get("%s.%s" % (pol, s)), dict)), None)
+        if isinstance(m.get(pol + ".drain"), dict) and m.get(pol + ".drain.enable") is not None:
+            m.skip(pol + ".drain.enable", False, "playbooks/driver_upgrade.yml always drains the node (eviction API); "
+                   "the settings of the operator's GPU pod deletion (podDeletion) are used for the drain")
+    targets = {"timeoutSeconds": "gpu_upgrade_drain_timeout", "force": "gpu_upgrade_drain_force",
+               "deleteEmptyDir": "gpu_upgrade_drain_delete_emptydir_data", "podSelector": "gpu_upgrade_drain_pod_selectors"}
     for sub in ("drain", "podDeletion", "gpuPodDeletion", "waitForCompletion"):
         node = m.get("%s.%s" % (pol, sub))
         if isinstance(node, dict):
             for k, v in node.items():
-                if not _empty(v):
-                    m.skip("%s.%s.%s" % (pol, sub, k), v,
-                           "playbooks/driver_upgrade.yml drains each node itself (kubernetes.core.k8s_drain: eviction "
-                           "API, DaemonSets ignored); these %s settings have no variable this importer knows" % sub)
+                path = "%s.%s.%s" % (pol, sub, k)
+                if k == "enable" and sub == "drain":
+                    continue
+                if sub == used and k in targets:
+                    if k == "timeoutSeconds":
+                        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                            raise ClusterPolicyError("%s must be an integer >= 0, got %r" % (path, v))
+                        m.set(targets[k], v, path)
+                    elif k == "podSelector":
+                        if not _empty(v):
+                            m.set(targets[k], [v], path)
+                    else:
+                        m.set(targets[k], _bool(v, path), path)
+                elif sub == "waitForCompletion":
+                    if not _empty(v) and v != 0:
+                        m.skip(path, v, "playbooks/driver_upgrade.yml does not wait for jobs to complete before it "
+                                        "drains; the drain's eviction waits for PodDisruptionBudgets")
+                elif not _empty(v):
+                    m.skip(path, v, "the operator does not use these %s settings (%s); the drain takes its "
+                                    "settings from %s" % (sub, "drain.enable is false" if sub == "drain"
+                                                          else "drain.enable is true", used))
         m.consume_tree("%s.%s" % (pol, sub))
 
 

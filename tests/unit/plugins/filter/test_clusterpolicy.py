@@ -34,8 +34,8 @@ def paths(result):
     return [u["path"] for u in result["unmapped"]]
 
 
-UPGRADE_DRAIN = ["driver.upgradePolicy.drain.deleteEmptyDir", "driver.upgradePolicy.drain.enable",
-                 "driver.upgradePolicy.drain.force", "driver.upgradePolicy.drain.timeoutSeconds"]
+UPGRADE_DRAIN = ["driver.upgradePolicy.drain.deleteEmptyDir", "driver.upgradePolicy.drain.force",
+                 "driver.upgradePolicy.drain.timeoutSeconds"]
 
 EXPECTED = {
     "default-sample.yaml": {
@@ -46,15 +46,17 @@ EXPECTED = {
             "gpuops_mig_strategy": "single",
             "gpuops_runtime_class": "nvidia",
             "driver_state": "present",
+            "gpu_upgrade_drain_delete_emptydir_data": False,
+            "gpu_upgrade_drain_force": False,
+            "gpu_upgrade_drain_timeout": 300,
             "gpu_upgrade_max_unavailable": 1,
             "container_toolkit_install": True,
             "runtime_class_handlers": [{"name": "nvidia", "handler": "nvidia"}],
             "validator_with_workload": False,
         },
-        "unmapped": ["operator.use_ocp_driver_toolkit", "driver.upgradePolicy.autoUpgrade"] + UPGRADE_DRAIN + [
-            "driver.upgradePolicy.podDeletion.deleteEmptyDir", "driver.upgradePolicy.podDeletion.force",
-            "driver.upgradePolicy.podDeletion.timeoutSeconds", "driver.upgradePolicy.waitForCompletion.timeoutSeconds",
-            "dcgm"],
+        # drain.enable false: the operator deletes the GPU pods with podDeletion.*, which become the drain's settings
+        "unmapped": ["operator.use_ocp_driver_toolkit", "driver.upgradePolicy.autoUpgrade",
+                     "driver.upgradePolicy.drain.enable"] + UPGRADE_DRAIN + ["dcgm"],
     },
     "mig-mixed-custom-registry.yaml": {
         "vars": {
@@ -79,6 +81,9 @@ EXPECTED = {
             "driver_precompiled": "never",
             "driver_state": "present",
             "driver_version": "580.95.05",
+            "gpu_upgrade_drain_delete_emptydir_data": True,
+            "gpu_upgrade_drain_force": False,
+            "gpu_upgrade_drain_timeout": 600,
             "gpu_upgrade_max_unavailable": 1,
             "container_toolkit_cdi_enabled": True,
             "container_toolkit_enable_cdi": True,
@@ -119,8 +124,7 @@ EXPECTED = {
             "operator.initContainer", "driver.repository", "driver.image", "driver.imagePullPolicy",
             "driver.imagePullSecrets", "driver.rdma.enabled", "driver.rdma.useHostMofed",
             "driver.upgradePolicy.maxUnavailable", "daemonsets.rollingUpdate.maxUnavailable",
-            "driver.upgradePolicy.autoUpgrade", "driver.upgradePolicy.drain.enable", "driver.upgradePolicy.drain.force",
-            "driver.upgradePolicy.drain.timeoutSeconds", "driver.upgradePolicy.drain.deleteEmptyDir", "toolkit.installDir",
+            "driver.upgradePolicy.autoUpgrade", "toolkit.installDir",
             "toolkit.repository", "toolkit.image", "cdi.default", "devicePlugin.env[NVIDIA_MIG_MONITOR_DEVICES]",
             "nodeStatusExporter"],
     },
@@ -347,7 +351,7 @@ def test_written_group_vars_pass_the_roles_argument_specs(fixture, tmp_path):
             res = ArgumentSpecValidator(spec).validate(values)
             assert not res.error_messages, (role, entry, res.error_messages)
             checked |= set(values) & set(written)
-    role_vars = {k for k in written if not k.startswith("gpuops_") and k != "gpu_upgrade_max_unavailable"}
+    role_vars = {k for k in written if not k.startswith(("gpuops_", "gpu_upgrade_"))}  # gpu_upgrade_*: a playbook's
     assert role_vars <= checked, role_vars - checked
     # the configs the roles validate before applying anything
     dp = k8s_plan.k8s_device_plugin_data(role_arguments("device_plugin", written)[1]["device_plugin_configs"],
@@ -363,6 +367,21 @@ def test_group_vars_text_is_stable_and_commented():
     assert text == f.clusterpolicy_group_vars(f.clusterpolicy_to_vars(load("mig-mixed-custom-registry.yaml")), "cp.yaml")
     assert text.startswith("---\n# gpuops.nvidia group_vars imported from GPU Operator ClusterPolicy cluster-policy (cp.yaml)")
     assert "# from driver.upgradePolicy.maxParallelUpgrades\ngpu_upgrade_max_unavailable: 1\n" in text
-    assert "# --- No equivalent in gpuops.nvidia (20) ---" in text
+    assert "# --- No equivalent in gpuops.nvidia (16) ---" in text
     with pytest.raises(AnsibleFilterError, match="clusterpolicy_group_vars: expected the result"):
         f.clusterpolicy_group_vars({"name": "x"})
+
+
+def test_drain_settings_come_from_what_the_operator_uses():
+    pol = {"drain": {"enable": True, "timeoutSeconds": 900, "force": True, "podSelector": "app=train"},
+           "podDeletion": {"timeoutSeconds": 60, "force": False}}
+    r = f.clusterpolicy_to_vars({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                                 "spec": {"driver": {"upgradePolicy": pol}}})
+    assert {k: v for k, v in r["vars"].items() if k.startswith("gpu_upgrade_drain")} == {
+        "gpu_upgrade_drain_timeout": 900, "gpu_upgrade_drain_force": True, "gpu_upgrade_drain_pod_selectors": ["app=train"]}
+    assert paths(r) == ["driver.upgradePolicy.podDeletion.timeoutSeconds", "driver.upgradePolicy.podDeletion.force"]
+    pol["drain"]["enable"] = False
+    r = f.clusterpolicy_to_vars({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy",
+                                 "spec": {"driver": {"upgradePolicy": pol}}})
+    assert r["vars"]["gpu_upgrade_drain_timeout"] == 60 and r["vars"]["gpu_upgrade_drain_force"] is False
+    assert "driver.upgradePolicy.drain.enable" in paths(r) and "driver.upgradePolicy.drain.podSelector" in paths(r)
