@@ -27,6 +27,13 @@ BLACKLIST_CONTENT = (
     "blacklist nova_core\n"
     "blacklist nova_drm\n"
 )
+PIN_PATH = "/etc/apt/preferences.d/gpuops-nvidia-driver"
+# Every package of the driver family (the toolkit's have no version on a driver branch, so the pin
+# never touches them).
+PIN_PACKAGES = "/^(nvidia-|libnvidia-|libcuda1|libnvcuvid1|libnvoptix1|firmware-nvidia-gsp|xserver-xorg-video-nvidia|cuda-drivers)/"
+DKMS_MOK_KEY = "/var/lib/dkms/mok.key"
+DKMS_MOK_CERT = "/var/lib/dkms/mok.pub"
+DKMS_SIGNING_CONF = "/etc/dkms/framework.conf.d/gpuops-mok.conf"
 KEYRING_DIR = "/etc/apt/keyrings"
 CUDA_REPO_BASE = "https://developer.download.nvidia.com/compute/cuda/repos"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -88,6 +95,7 @@ VERSION_RE = re.compile(r"^\d{3}\.\d{1,3}(?:\.\d{1,3})?\Z")
 URL_RE = re.compile(r"^(?:https?|ftp|file)://[^\s\"'<>\\`\x00-\x1f\x7f]+\Z")
 ARCH_RE = re.compile(r"^[A-Za-z0-9_]+\Z")
 # what `uname -r` prints: never whitespace or shell metacharacters
+SAFE_PATH_RE = re.compile(r"^/[A-Za-z0-9._+/-]+\Z")
 KERNEL_RELEASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+~-]*\Z")
 _FACT_SECTIONS = ("os", "kernel", "driver")
 _FACT_STRINGS = {"os": ("id", "version_id", "id_like"), "kernel": ("release",),
@@ -140,6 +148,14 @@ def check_request(req):
         if value and not (isinstance(value, str) and URL_RE.match(value)):
             raise PlanError("%s must be an http(s), ftp or file URL without spaces, quotes or control characters, "
                             "got %r" % (key, value))
+    for key in ("mok_key", "mok_cert"):
+        value = req.get(key)
+        # DKMS sources framework.conf.d as shell: only plain absolute paths get there
+        if value and not (isinstance(value, str) and SAFE_PATH_RE.match(value)):
+            raise PlanError("driver_%s must be an absolute path of letters, digits and . _ - + / (DKMS reads it as "
+                            "shell), got %r" % (key, value))
+    if bool(req.get("mok_key")) != bool(req.get("mok_cert")):
+        raise PlanError("driver_mok_key and driver_mok_cert go together (the private key and its DER certificate)")
     arch = req.get("arch")
     if arch is not None and not (isinstance(arch, str) and ARCH_RE.match(arch)):
         raise PlanError("arch must be a machine name like x86_64 or aarch64, got %r" % (arch,))
@@ -385,12 +401,70 @@ def packages(family, rel, source, branch, version, mtype, host, req):
     return out
 
 
+def pin_preferences(branch, version):
+    """apt preferences that keep every driver package on ``branch`` (or exactly ``version``)."""
+    want = "%s-*" % version if version else "%s.*" % branch
+    return (MANAGED + "# The driver family stays on %s: a newer branch in any source is never picked.\n"
+            "Package: %s\nPin: version %s\nPin-Priority: 1001\n" % (version or "branch " + branch, PIN_PACKAGES, want))
+
+
+def release_key(release):
+    """Sort key for kernel releases ("6.1.0-50-cloud-amd64" < "6.1.0-51-cloud-amd64" < "6.12.0-1-amd64")."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.\-+~_]", release or "")]
+
+
+def target_kernel(running, installed, requested=None):
+    """(release, note): the kernel whose module the driver is built for.
+
+    ``requested`` wins (it must be installed when the root lists any kernel); otherwise the running
+    kernel when it is installed in the root (a normal host), else the newest installed kernel: a
+    chroot or an image being built runs on its builder's kernel, which is not the one it will boot.
+    """
+    installed = sorted(set(installed or ()), key=release_key)
+    if requested:
+        if not KERNEL_RELEASE_RE.match(requested):
+            raise PlanError("driver_kernel_release %r is not a kernel release (what `uname -r` prints)" % requested)
+        if installed and requested not in installed:
+            raise PlanError("driver_kernel_release %s is not installed here (installed: %s)"
+                            % (requested, ", ".join(installed)),
+                            "install linux-image-%s first, or leave driver_kernel_release empty" % requested)
+        return requested, "building for the requested kernel %s" % requested
+    if not installed or running in installed:
+        return running, None
+    newest = installed[-1]
+    return newest, ("the running kernel %s is not installed in this root (a chroot or an image being built): "
+                    "building for its newest kernel %s" % (running, newest))
+
+
+def signing_plan(build, family, mok, req):
+    """DKMS module signing: which key and certificate, and whether the role generates them."""
+    if build != "dkms" or not req.get("secure_boot_mok"):
+        return {"enabled": False, "key": None, "cert": None, "generate": False, "conf": None}
+    key = req.get("mok_key") or DKMS_MOK_KEY
+    cert = req.get("mok_cert") or DKMS_MOK_CERT
+    given = bool(req.get("mok_key"))
+    conf = (MANAGED + "# DKMS signs the modules it builds with this key (Secure Boot MOK).\n"
+            "mok_signing_key=%s\nmok_certificate=%s\n" % (key, cert))
+    return {"enabled": True, "key": key, "cert": cert, "generate": not given and not (mok or {}).get("key_present"),
+            "conf": {"path": DKMS_SIGNING_CONF, "content": conf}}
+
+
 def secure_boot_decision(enabled, build, mok, req):
     """How modules will load under Secure Boot, or PlanError with remediation."""
     mok = mok or {}
     out = {"enabled": enabled, "strategy": "not-needed", "mok_key": mok.get("key_path"),
            "mok_enrolled": mok.get("enrolled"), "instructions": None}
+    cert = req.get("mok_cert") or mok.get("key_path") or DKMS_MOK_CERT
     if not enabled:
+        if req.get("secure_boot_mok") and build == "dkms":
+            out["strategy"] = "dkms-signed-enrol-planned"
+            out["mok_key"] = cert
+            out["instructions"] = (
+                "Secure Boot is %s here, so nothing is enrolled now; DKMS signs the module with %s. Before turning "
+                "Secure Boot on (or on the first boot of an image built here), enrol it: `mokutil --import %s`, "
+                "reboot, confirm 'Enroll MOK' in MokManager on the console, then check `mokutil --test-key %s`."
+                % ("off" if enabled is False else "unknown (no EFI variables: a chroot, an image or BIOS boot)",
+                   cert, cert, cert))
         return out
     if build == "precompiled":
         out["strategy"] = "precompiled-signed"
@@ -398,7 +472,7 @@ def secure_boot_decision(enabled, build, mok, req):
     if mok.get("enrolled"):
         out["strategy"] = "dkms-mok-enrolled"
         return out
-    key = mok.get("key_path") or "/var/lib/dkms/mok.pub"
+    key = cert
     steps = ("DKMS signs the module with %s; enrol it once: `mokutil --import %s` (choose a one-time password), "
              "reboot, pick 'Enroll MOK' in the blue MokManager screen on the console and type that password. "
              "Check with `mokutil --test-key %s`." % (key, key, key))
@@ -437,6 +511,10 @@ def plan(host, req):
         branch = version.split(".")[0]
     if not re.fullmatch(r"\d{3}", branch):
         raise PlanError("driver_branch must be a driver branch like \"580\", got %r" % branch)
+    running = host.get("kernel_release")
+    kernel, kernel_note = target_kernel(running, host.get("installed_kernels"), req.get("kernel_release"))
+    if kernel != running:
+        host = dict(host, kernel_release=kernel, headers_present=kernel in (host.get("kernels_with_headers") or ()))
     if state == "present" and family in ("ubuntu", "debian") and not host.get("kernel_release"):
         raise PlanError("the running kernel's release is unknown (no kernel.release in the facts, nothing in "
                         "/proc/sys/kernel/osrelease under the root): the plan needs it for the kernel headers and "
@@ -459,7 +537,8 @@ def plan(host, req):
     out = {
         "state": state, "os_family": family, "os_major": major, "package_manager": manager, "source": source,
         "branch": branch, "version": version, "kernel_module_type": mtype, "kernel_module_type_reason": mtype_reason,
-        "kernel_release": host.get("kernel_release"), "gpus": host.get("gpu_count", 0), "nvswitches": len(host.get("nvswitches") or []),
+        "kernel_release": host.get("kernel_release"), "running_kernel": running,
+        "gpus": host.get("gpu_count", 0), "nvswitches": len(host.get("nvswitches") or []),
         "installed": {"loaded_version": host.get("driver_version") if host.get("driver_loaded") else None,
                       "loaded_type": host.get("driver_type") if host.get("driver_loaded") else None,
                       "packages": dict(host.get("installed") or {})},
@@ -475,6 +554,15 @@ def plan(host, req):
                 "fabricmanager_packages": pk["fabricmanager_packages"], "module_names": pk["module_names"],
                 "versioned_packages": pk["versioned"]})
     out["repository"] = repository(family, rel, source, host.get("arch"), req)
+    if kernel_note:
+        out["notes"].append(kernel_note)
+    out["pin"] = {"path": PIN_PATH if manager == "apt" else None,
+                  "content": pin_preferences(branch, version) if manager == "apt" and state == "present" else None}
+    out["signing"] = signing_plan(pk["build"], family, host.get("mok"), req)
+    if out["signing"]["enabled"] and out["signing"]["generate"] and not req.get("mok_generate", True):
+        raise PlanError("driver_secure_boot_mok is on, no signing key exists (%s) and driver_mok_generate is false: "
+                        "DKMS could not sign the module" % out["signing"]["key"],
+                        "give driver_mok_key and driver_mok_cert (a key you enrol), or set driver_mok_generate: true")
     installed = host.get("installed") or {}
     held = set(host.get("held") or ())
     out["holds"] = select_holds(set(installed), manager) if state == "present" else []
@@ -559,7 +647,7 @@ def _plan_absent(out, host, installed, manager):
     return out
 
 
-def host_from_facts(gpu, installed=None, mok=None, arch=None, held=None):
+def host_from_facts(gpu, installed=None, mok=None, arch=None, held=None, kernels=None):
     """Flatten ``ansible_facts.gpu`` (gpu_facts with pci, kernel, driver) into :func:`plan`'s host dict."""
     os_facts = gpu.get("os") or {}
     family, major = os_family(os_facts)
@@ -580,6 +668,7 @@ def host_from_facts(gpu, installed=None, mok=None, arch=None, held=None):
         "persistenced_running": driver.get("persistenced_running"),
         "secure_boot": gpu.get("secure_boot"),
         "installed": dict(installed or {}), "mok": mok or {}, "held": sorted(held or ()),
+        "installed_kernels": list((kernels or ((), ()))[0]), "kernels_with_headers": list((kernels or ((), ()))[1]),
     }
 
 
@@ -661,10 +750,23 @@ def read_versionlock(root="/"):
     return out
 
 
-def read_mok(root, family):
+def read_kernels(root="/"):
+    """(installed kernel releases, those with a build tree) under ``root``'s /lib/modules."""
+    base = os.path.join(root, "lib/modules")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return [], []
+    installed = [n for n in names if KERNEL_RELEASE_RE.match(n) and os.path.isfile(os.path.join(base, n, "modules.order"))]
+    with_build = [n for n in installed if os.path.isdir(os.path.join(base, n, "build"))]
+    return installed, with_build
+
+
+def read_mok(root, family, cert=None):
     """Where the DKMS signing key is and whether its certificate is in the firmware's MOK list."""
     key_path, der = None, None
-    for rel in MOK_KEY_PATHS.get(family, ()):
+    paths = [cert.lstrip("/")] if cert else MOK_KEY_PATHS.get(family, ())
+    for rel in paths:
         path = os.path.join(root, rel)
         try:
             with open(path, "rb") as f:

@@ -355,3 +355,84 @@ def test_device_holders(tmp_path):
     os.symlink("/dev/null", str(fd / "5"))
     os.makedirs(tmp_path / "proc/17/fd")
     assert d.device_holders(str(tmp_path)) == [{"pid": 4242, "comm": "python3", "devices": ["/dev/nvidia0", "/dev/nvidiactl"]}]
+
+
+# --- target kernel, branch pin, module signing (the native driver lane's root) --------------------------
+
+def test_target_kernel_running_newest_and_requested():
+    assert d.target_kernel("6.1.0-50-cloud-amd64", ["6.1.0-50-cloud-amd64"]) == ("6.1.0-50-cloud-amd64", None)
+    assert d.target_kernel("6.8.0-49-generic", []) == ("6.8.0-49-generic", None)  # nothing listed: trust uname
+    # a chroot on a builder: its own newest kernel, numerically (51 > 9, 6.12 > 6.1)
+    rel, note = d.target_kernel("6.18.44-fc-v1147", ["6.1.0-9-amd64", "6.1.0-51-amd64", "6.12.0-1-amd64"])
+    assert rel == "6.12.0-1-amd64" and "not installed in this root" in note and "6.18.44-fc-v1147" in note
+    assert d.target_kernel("6.18.44", ["6.1.0-9-amd64"], "6.1.0-9-amd64")[0] == "6.1.0-9-amd64"
+    with pytest.raises(d.PlanError, match="is not installed here"):
+        d.target_kernel("6.18.44", ["6.1.0-9-amd64"], "6.99.0-1-amd64")
+    with pytest.raises(d.PlanError, match="is not a kernel release"):
+        d.target_kernel("6.18.44", [], "6.1.0 ;reboot")
+
+
+def test_plan_in_a_chroot_builds_for_the_roots_kernel():
+    gpu = {"os": {"id": "debian", "version_id": "12"}, "kernel": {"release": "6.18.44-fc-v1147", "headers_present": False},
+           "driver": {"loaded": False}, "devices": [], "nvswitches": [], "secure_boot": None}
+    h = d.host_from_facts(gpu, kernels=(["6.1.0-50-cloud-amd64"], []))
+    p = d.plan(h, {"branch": "535"})
+    assert p["kernel_release"] == "6.1.0-50-cloud-amd64" and p["running_kernel"] == "6.18.44-fc-v1147"
+    assert p["headers"] == ["linux-headers-6.1.0-50-cloud-amd64", "linux-headers-cloud-amd64"]
+    assert any("building for its newest kernel 6.1.0-50-cloud-amd64" in n for n in p["notes"])
+    assert not any("not a debian distribution kernel" in w for w in p["warnings"])
+
+
+def test_apt_pin_on_branch_or_version_and_none_for_dnf_or_absent():
+    h = host(os_id="debian", version_id="12", release="6.1.0-28-cloud-amd64", ccs=())
+    branch = d.plan(h, {"branch": "535"})["pin"]
+    assert branch["path"] == "/etc/apt/preferences.d/gpuops-nvidia-driver"
+    assert "Pin: version 535.*\nPin-Priority: 1001\n" in branch["content"]
+    assert "Package: /^(nvidia-|libnvidia-|libcuda1" in branch["content"]
+    assert "Pin: version 535.309.01-*\n" in d.plan(h, {"version": "535.309.01"})["pin"]["content"]
+    assert d.plan(h, {"branch": "535", "state": "absent"})["pin"]["content"] is None
+    rhel = d.plan(host(os_id="rocky", version_id="9.4", id_like="rhel centos fedora", release="5.14.0-427.el9.x86_64"),
+                  {"branch": "580"})
+    assert rhel["pin"] == {"path": None, "content": None}
+
+
+def test_signing_generated_given_and_refused():
+    h = host(os_id="debian", version_id="12", release="6.1.0-28-cloud-amd64", ccs=())
+    assert d.plan(h, {"branch": "535"})["signing"]["enabled"] is False
+    p = d.plan(h, {"branch": "535", "secure_boot_mok": True})
+    s = p["signing"]
+    assert s["enabled"] and s["generate"] and s["key"] == "/var/lib/dkms/mok.key" and s["cert"] == "/var/lib/dkms/mok.pub"
+    assert s["conf"]["content"].endswith("mok_signing_key=/var/lib/dkms/mok.key\nmok_certificate=/var/lib/dkms/mok.pub\n")
+    # Secure Boot off or unknown: signed anyway, enrolment planned and reported, no reboot
+    assert p["secure_boot"]["strategy"] == "dkms-signed-enrol-planned"
+    assert "mokutil --import /var/lib/dkms/mok.pub" in p["secure_boot"]["instructions"]
+    assert not any("MOK" in r for r in p["reboot_reasons"])
+    given = d.plan(h, {"branch": "535", "secure_boot_mok": True, "mok_key": "/etc/keys/mok.key",
+                       "mok_cert": "/etc/keys/mok.der"})
+    assert given["signing"]["generate"] is False and "mok_signing_key=/etc/keys/mok.key" in given["signing"]["conf"]["content"]
+    assert "mokutil --import /etc/keys/mok.der" in given["secure_boot"]["instructions"]
+    existing = host(os_id="debian", version_id="12", release="6.1.0-28-cloud-amd64", ccs=(),
+                    mok={"key_path": "/var/lib/dkms/mok.pub", "key_present": True, "enrolled": None})
+    assert d.plan(existing, {"branch": "535", "secure_boot_mok": True, "mok_generate": False})["signing"]["generate"] is False
+    with pytest.raises(d.PlanError, match="no signing key exists"):
+        d.plan(h, {"branch": "535", "secure_boot_mok": True, "mok_generate": False})
+    for bad in ("/tmp/k;reboot", "relative/key", "/tmp/$(id)", "/tmp/a b"):
+        with pytest.raises(d.PlanError, match="must be an absolute path"):
+            d.plan(h, {"branch": "535", "secure_boot_mok": True, "mok_key": bad, "mok_cert": "/tmp/c.der"})
+    with pytest.raises(d.PlanError, match="go together"):
+        d.plan(h, {"branch": "535", "secure_boot_mok": True, "mok_key": "/tmp/k"})
+    # Secure Boot on and the key enrolled already: nothing to plan
+    on = host(os_id="debian", version_id="12", release="6.1.0-28-cloud-amd64", ccs=(), secure_boot=True,
+              mok={"key_path": "/var/lib/dkms/mok.pub", "key_present": True, "enrolled": True})
+    assert d.plan(on, {"branch": "535", "secure_boot_mok": True})["secure_boot"]["strategy"] == "dkms-mok-enrolled"
+
+
+def test_kernel_reader(tmp_path):
+    for rel, build in (("6.1.0-50-cloud-amd64", True), ("6.1.0-49-cloud-amd64", False)):
+        (tmp_path / "lib/modules" / rel).mkdir(parents=True)
+        (tmp_path / "lib/modules" / rel / "modules.order").write_text("")
+        if build:
+            (tmp_path / "lib/modules" / rel / "build").mkdir()
+    (tmp_path / "lib/modules/6.1.0-48-cloud-amd64").mkdir()  # leftover directory of a removed kernel
+    assert d.read_kernels(str(tmp_path)) == (["6.1.0-49-cloud-amd64", "6.1.0-50-cloud-amd64"], ["6.1.0-50-cloud-amd64"])
+    assert d.read_kernels(str(tmp_path / "nowhere")) == ([], [])
