@@ -205,5 +205,12 @@ def test_site_is_sliced_and_the_workflow_joins_the_report(data):
                      ("site", "failure_nodes", "doctor")}
     assert jts[nodes["report"]["unified_job_template"]["name"]]["playbook"] == "playbooks/report_merge.yml"
     driver = [t for t in jts.values() if t["playbook"] == "playbooks/driver_upgrade.yml"]
+    if os.path.exists(os.path.join(REPO, "playbooks", "driver_upgrade.yml")):
+        with open(os.path.join(REPO, "playbooks", "driver_upgrade.yml")) as fh:
+            text = fh.read()
+        with open(os.path.join(REPO, "roles", "driver", "meta", "argument_specs.yml")) as fh:
+            driver_options = yaml.safe_load(fh)["argument_specs"]["main"]["options"]
+        for qn in driver[0]["related"]["survey_spec"]["spec"]:  # variables the playbook or its driver role reads
+            assert qn["variable"] in text or qn["variable"] in driver_options, qn["variable"]
     doctor = [t for t in jts.values() if t["playbook"] == "playbooks/doctor.yml"]
     assert driver and doctor
