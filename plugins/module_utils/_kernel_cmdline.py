@@ -10,6 +10,7 @@ Pure functions over strings; the module runs the boot-loader tools.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -225,7 +226,7 @@ def overridden(base_tokens, args):
     return [a for a in args if key_of(a) in eff and eff[key_of(a)] != canonical(a)]
 
 
-def plan_grub(dropin_text, base_tokens, args, state):
+def plan_grub(dropin_text, base_tokens, args, state, strict=True):
     """Plan a GRUB drop-in change.
 
     ``base_tokens``: the configured command line *without* our drop-in (GRUB_CMDLINE_LINUX and
@@ -233,11 +234,13 @@ def plan_grub(dropin_text, base_tokens, args, state):
     Returns ``(new_dropin_text_or_None, configured_tokens_after)``.  Raises CmdlineError when an
     argument to remove is set outside our drop-in (we never rewrite files we do not own).  A present argument whose key has another value in the
     base config is appended by the drop-in and so overrides it (see :func:`overridden`).
+    With ``strict=False`` (removals for an owner) an argument also set outside the drop-in is removed from the
+    drop-in only, and the base config's copy stays.
     """
     ours = parse_grub_dropin(dropin_text)
     if state == "absent":
         foreign = [a for a in args if apply_args(base_tokens, [a], "absent") != base_tokens]
-        if foreign:
+        if foreign and strict:
             raise CmdlineError("cannot remove %s: set outside %s (in /etc/default/grub or another drop-in); "
                                "remove it there" % (", ".join(foreign), GRUB_DROPIN))
         new_ours = apply_args(ours, args, "absent")
@@ -275,3 +278,104 @@ def detect_bootloader(root, which):
     if exists("/etc/default/grub") and (which("update-grub") or which("grub-mkconfig") or which("grub2-mkconfig")):
         return "grub"
     return None
+
+
+# --- ownership records (option owner) ----------------------------------------------
+#: default directory of the records: <dir>/<owner>.json lists the arguments that owner added
+RECORD_DIR = "/var/lib/gpuops/kernel_cmdline"
+OWNER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def record_path(record_dir, owner):
+    return os.path.join(record_dir, owner + ".json")
+
+
+def parse_record(text, path):
+    """The entries of an owner's record: ``[{"arg": "intel_iommu=on", "replaced": "intel_iommu=off" or None}]``.
+
+    ``replaced`` is the value of the same key that the configured command line held before the owner's
+    argument replaced it (restored on removal where the boot loader backend had replaced it).
+    Raises CmdlineError for a record that is not one this module wrote (nothing is built on it).
+    """
+    if not text:
+        return []
+    try:
+        data = json.loads(text)
+        entries = data["added"]
+        out = []
+        for e in entries:
+            arg, replaced = e["arg"], e.get("replaced")
+            if why_malformed(arg) or (replaced is not None and why_malformed(replaced)):
+                raise ValueError("malformed argument in entry %r" % (e,))
+            out.append({"arg": arg, "replaced": replaced})
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise CmdlineError("%s is not a kernel_cmdline ownership record (%s); fix or remove it, then rerun"
+                           % (path, exc))
+    return out
+
+
+def render_record(owner, entries):
+    """The record's text, or None when the owner holds no argument (the file must not exist)."""
+    if not entries:
+        return None
+    return json.dumps({"owner": owner, "added": entries}, indent=2, sort_keys=True) + "\n"
+
+
+def _matches(token, arg):
+    """``token`` is what ``arg`` names for removal: a bare key names every value, key=value only that one."""
+    if "=" in arg:
+        return canonical(token) == canonical(arg)
+    return key_of(token) == key_of(arg)
+
+
+def plan_owned(before, args, state, entries, others):
+    """Plan a change made on behalf of an owner.
+
+    ``before``: the configured command line (the next boot's) before this run; ``entries``: the owner's
+    record; ``others``: canonical forms of the arguments other owners' records hold.
+
+    present: an argument the configured command line does not already hold (as its effective value) is added
+    and recorded, with the value of its key it replaces; one that is already configured is recorded only when
+    another owner added it (shared), never when it was there on its own (the user's: left alone on absent).
+    absent: only recorded arguments named by ``args`` (every recorded one when ``args`` is empty) are removed,
+    and not those another owner still holds; a value they replaced comes back when its key would otherwise be
+    unset.
+
+    Returns dict(ops=[(args, state), ...] for the backend, entries=the record after, kept=requested arguments
+    left alone because the owner did not add them, removed=arguments taken off the command line).
+    """
+    eff = effective(before)
+    ours = set(canonical(e["arg"]) for e in entries)
+    new, kept = [dict(e) for e in entries], []
+    if state == "present":
+        for a in args:
+            c, key = canonical(a), key_of(a)
+            if eff.get(key) != c:
+                old = next((e for e in new if key_of(e["arg"]) == key), None)
+                replaced = old["replaced"] if old else next((t for t in reversed(before) if key_of(t) == key), None)
+                new = [e for e in new if key_of(e["arg"]) != key] + [{"arg": a, "replaced": replaced}]
+            elif c in ours:
+                continue
+            elif c in others:
+                new.append({"arg": a, "replaced": None})
+            else:
+                kept.append(a)
+        return dict(ops=[(list(args), "present")], entries=new, kept=kept, removed=[])
+    sel = [e for e in entries if not args or any(_matches(e["arg"], a) for a in args)]
+    kept = [a for a in args if not any(_matches(e["arg"], a) for e in entries)]
+    remove = [e["arg"] for e in sel if canonical(e["arg"]) not in others]
+    after = effective(apply_args(before, remove, "absent"))
+    restore = []
+    for e in sel:
+        r = e["replaced"]
+        if r and e["arg"] in remove and key_of(r) not in after and key_of(r) not in [key_of(x) for x in restore]:
+            restore.append(r)
+    ops = [(remove, "absent")] + ([(restore, "present")] if restore else [])
+    return dict(ops=ops, entries=[e for e in new if e not in sel], kept=kept, removed=remove)
+
+
+def reboot_pending_absent(running, configured, candidates):
+    """Arguments the running kernel honours although the next boot's configuration no longer does."""
+    run_eff, conf_eff = effective(running), effective(configured)
+    return [a for a in candidates
+            if run_eff.get(key_of(a)) != conf_eff.get(key_of(a)) and unmet(running, [a], "absent")]

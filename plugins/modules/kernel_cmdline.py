@@ -32,9 +32,11 @@ options:
         double-quoted as a whole, for example V(dyndbg="file a.c +p"). Dollar signs, backticks, backslashes,
         single quotes, control characters, non-ASCII characters and a bare C(--) are refused: the shell that
         sources the GRUB drop-in and GRUB's own parser would interpret them, and the kernel has no escapes.
+      - Required (at least one argument) except with O(owner) and O(state=absent), where an empty list removes
+        every argument the owner's record holds.
     type: list
     elements: str
-    required: true
+    default: []
   state:
     description: Whether the arguments must be present or absent.
     type: str
@@ -58,6 +60,36 @@ options:
     description: Keep a timestamped copy of a file before changing it.
     type: bool
     default: false
+  owner:
+    description:
+      - Name under which the arguments this module adds are recorded, so that O(state=absent) later removes
+        those and only those (a role's uninstall). 1-64 letters, digits, V(_), V(.) and V(-).
+      - With O(state=present) an argument the configured command line (the next boot's) did not already hold,
+        as the effective value of its key, is added and recorded in C(<record_dir>/<owner>.json), together with
+        the value of the same key it replaced, if any. The record is written before the boot loader
+        configuration changes, so a run killed in between never leaves an added argument unrecorded.
+      - An argument that was already configured before the owner asked for it (the user's own
+        V(intel_iommu=on) in C(/etc/default/grub), or one another call of this module added without an
+        owner) is not recorded and stays on O(state=absent); it is returned in RV(kept). One that another
+        owner's record holds is shared; it is removed only when no owner's record holds it any more.
+      - With O(state=absent) only recorded arguments that O(args) names (a bare V(key) names every value of
+        the key; an empty O(args) names all of them) are removed, then forgotten. A value of the same key that
+        an added argument replaced comes back where the boot loader backend had replaced it (C(grubby),
+        systemd-boot; the GRUB backend never edits C(/etc/default/grub), so its value is in force again by
+        itself). The record file is removed when it holds nothing.
+      - Arguments added before the owner's record existed (by an earlier version of this collection) are in no
+        record and stay; remove them with O(state=absent) without O(owner).
+      - Without O(owner) nothing is recorded and O(state=absent) removes what O(args) names (the GRUB backend
+        refuses arguments set outside its drop-in).
+    type: str
+    version_added: 0.3.0
+  record_dir:
+    description:
+      - Directory of the owners' records (one C(<owner>.json) each); removed when its last record goes.
+      - Roles of this collection pass C(<gpuops_state_dir>/kernel_cmdline).
+    type: path
+    default: /var/lib/gpuops/kernel_cmdline
+    version_added: 0.3.0
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
 attributes:
@@ -66,7 +98,9 @@ attributes:
     details: Computes the new configuration and RV(reboot_required) without writing or running any tool that changes state.
   diff_mode:
     support: full
-    details: Shows the drop-in or C(/etc/kernel/cmdline) change, or the configured command line for grubby.
+    details: >-
+      Shows the drop-in or C(/etc/kernel/cmdline) change, or the configured command line for grubby; with
+      O(owner), also the change of the owner's record.
   idempotent:
     support: full
     details: A second run with the same arguments reports no change.
@@ -94,6 +128,18 @@ EXAMPLES = r"""
   gpuops.nvidia.kernel_cmdline:
     args: [intel_iommu, iommu=pt]
     state: absent
+
+- name: Add the arguments on behalf of a role, remembering which ones were not there before
+  gpuops.nvidia.kernel_cmdline:
+    args: [intel_iommu=on, iommu=pt]
+    owner: vfio
+
+- name: Uninstall -- remove only what the role added (a user's own intel_iommu=on stays)
+  gpuops.nvidia.kernel_cmdline:
+    args: [intel_iommu=on, iommu=pt]
+    state: absent
+    owner: vfio
+  register: cmdline_removed
 """
 
 RETURN = r"""
@@ -120,9 +166,36 @@ unmet:
   elements: str
   sample: ["intel_iommu=on"]
 reboot_required:
-  description: True when the running kernel's command line does not satisfy the request.
+  description:
+    - True when the running kernel's command line does not satisfy the request.
+    - With O(owner) and O(state=absent), true while the running kernel honours one of the named (or removed)
+      arguments that the next boot's configuration no longer gives it; arguments in RV(kept) never count.
   returned: success
   type: bool
+record:
+  description: The owner's record file (it may not exist).
+  returned: when O(owner) is set
+  type: str
+  sample: /var/lib/gpuops/kernel_cmdline/vfio.json
+recorded:
+  description: Arguments the owner's record holds after this run (what O(state=absent) would remove).
+  returned: when O(owner) is set
+  type: list
+  elements: str
+  sample: ["intel_iommu=on", "iommu=pt"]
+kept:
+  description: Requested arguments left to their earlier owner because this owner did not add them (already
+    configured before, with O(state=present); not in the record, with O(state=absent)).
+  returned: when O(owner) is set
+  type: list
+  elements: str
+  sample: ["intel_iommu=on"]
+removed:
+  description: Arguments taken off the configured command line in this run (O(state=absent) with O(owner)).
+  returned: when O(owner) is set
+  type: list
+  elements: str
+  sample: ["iommu=pt"]
 path:
   description: File that holds the managed arguments (GRUB drop-in or /etc/kernel/cmdline).
   returned: when the backend uses a file
@@ -150,20 +223,30 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     ensure_file,
     file_lock,
     mark_pending,
+    path_problem,
     read_text,
     remove_file,
     target_problem,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kernel_cmdline import (
     GRUB_DROPIN,
+    OWNER_RE,
+    RECORD_DIR,
     REGEN_PENDING,
     SYSTEMD_BOOT_CMDLINE,
     CmdlineError,
     apply_args,
+    canonical,
     detect_bootloader,
     overridden,
+    parse_grub_dropin,
+    parse_record,
     plan_cmdline_file,
     plan_grub,
+    plan_owned,
+    reboot_pending_absent,
+    record_path,
+    render_record,
     split_cmdline,
     unmet,
     validate_args,
@@ -181,11 +264,13 @@ printf '%s %s' "$GRUB_CMDLINE_LINUX" "$GRUB_CMDLINE_LINUX_DEFAULT"
 
 def argument_spec():
     return dict(
-        args=dict(type="list", elements="str", required=True),
+        args=dict(type="list", elements="str", default=[]),
         state=dict(type="str", choices=["present", "absent"], default="present"),
         bootloader=dict(type="str", choices=["auto", "grub", "grubby", "systemd-boot"], default="auto"),
         update_bootloader=dict(type="bool", default=True),
         backup=dict(type="bool", default=False),
+        owner=dict(type="str"),
+        record_dir=dict(type="path", default=RECORD_DIR),
     )
 
 
@@ -264,49 +349,114 @@ def _apply_file(module, path, plan_text, bootloader):
     return r, configured
 
 
-def do_grub(module, args, state):
-    base = split_cmdline(_run(module, ["/bin/sh", "-c", GRUB_BASE_SCRIPT, "sh", GRUB_DROPIN]))
-    if state == "present":
-        for arg in overridden(base, args):
-            module.warn("%s overrides another value of the same key in /etc/default/grub (the later one wins)" % arg)
-    return _apply_file(module, GRUB_DROPIN, lambda text: plan_grub(text, base, args, state), "grub")
+def _grub_base(module):
+    return split_cmdline(_run(module, ["/bin/sh", "-c", GRUB_BASE_SCRIPT, "sh", GRUB_DROPIN]))
 
 
-def do_grubby(module, args, state):
+def _grubby_current(module):
     grubby = module.get_bin_path("grubby", required=True)
     info = _run(module, [grubby, "--info=DEFAULT"])
     m = re.search(r'^args="?(.*?)"?$', info, re.M)
-    current = split_cmdline(m.group(1) if m else "")
-    configured = apply_args(current, args, state)
+    return grubby, split_cmdline(m.group(1) if m else "")
+
+
+def _systemd_boot_text(text):
+    """/etc/kernel/cmdline's text; when absent, the running command line (what kernel-install uses then)."""
+    if text is None:
+        text = read_text("/proc/cmdline") or ""
+        text = " ".join(t for t in split_cmdline(text) if not t.startswith(("BOOT_IMAGE=", "initrd="))) + "\n"
+    return text
+
+
+def configured_now(module, bootloader):
+    """The command line configured for the next boot, as this module sees it (before any change)."""
+    if bootloader == "grub":
+        return _grub_base(module) + parse_grub_dropin(read_text(GRUB_DROPIN))
+    if bootloader == "grubby":
+        return _grubby_current(module)[1]
+    return split_cmdline(_systemd_boot_text(read_text(SYSTEMD_BOOT_CMDLINE)))
+
+
+def do_grub(module, ops, strict=True):
+    base = _grub_base(module)
+    for args, state in ops:
+        if state == "present":
+            for arg in overridden(base, args):
+                module.warn("%s overrides another value of the same key in /etc/default/grub (the later one wins)"
+                            % arg)
+
+    def plan_text(text):
+        configured = base + parse_grub_dropin(text)
+        for args, state in ops:
+            text, configured = plan_grub(text, base, args, state, strict=strict)
+        return text, configured
+    return _apply_file(module, GRUB_DROPIN, plan_text, "grub")
+
+
+def do_grubby(module, ops, strict=True):
+    grubby, current = _grubby_current(module)
+    configured = current
+    for args, state in ops:
+        configured = apply_args(configured, args, state)
     r = {"changed": configured != current}
     if module._diff:
         r["diff"] = {"before": " ".join(current) + "\n", "after": " ".join(configured) + "\n",
                      "before_header": "grubby DEFAULT args", "after_header": "grubby DEFAULT args"}
     if r["changed"] and not module.check_mode:
-        if state == "present":
-            _run(module, [grubby, "--update-kernel=ALL", "--args=%s" % " ".join(args)])
-        else:
-            _run(module, [grubby, "--update-kernel=ALL", "--remove-args=%s" % " ".join(args)])
+        for args, state in ops:
+            if args:
+                flag = "--args=%s" if state == "present" else "--remove-args=%s"
+                _run(module, [grubby, "--update-kernel=ALL", flag % " ".join(args)])
     return r, configured
 
 
-def do_systemd_boot(module, args, state):
+def do_systemd_boot(module, ops, strict=True):
     def plan_text(text):
-        if text is None:
-            text = read_text("/proc/cmdline") or ""
-            text = " ".join(t for t in split_cmdline(text) if not t.startswith(("BOOT_IMAGE=", "initrd="))) + "\n"
-        return plan_cmdline_file(text, args, state)
+        text = _systemd_boot_text(text)
+        configured = split_cmdline(text)
+        for args, state in ops:
+            text, configured = plan_cmdline_file(text, args, state)
+        return text, configured
     return _apply_file(module, SYSTEMD_BOOT_CMDLINE, plan_text, "systemd-boot")
+
+
+def _other_owners_args(record_dir, own_path):
+    """Canonical forms of the arguments the other owners' records hold."""
+    out = set()
+    for path in sorted(glob.glob(os.path.join(record_dir, "*.json"))):
+        if os.path.abspath(path) != os.path.abspath(own_path):
+            out.update(canonical(e["arg"]) for e in parse_record(read_text(path), path))
+    return out
+
+
+def _write_record(module, path, text):
+    if text is None:
+        r = remove_file(module, path)
+        if r["changed"] and not module.check_mode:
+            try:
+                os.rmdir(os.path.dirname(path))   # the last record gone: leave no empty directory behind
+            except OSError:
+                pass
+        return r
+    return ensure_file(module, path, text, mode=0o644)
 
 
 def run(module):
     p = module.params
-    if not p["args"]:
+    owner = p["owner"]
+    if owner is not None and not OWNER_RE.fullmatch(owner):
+        module.fail_json(msg="owner must be 1-64 letters, digits, '_', '.' and '-' (starting with a letter or "
+                             "digit), got %r" % owner)
+    if not p["args"] and not (owner and p["state"] == "absent"):
         module.fail_json(msg="args must name at least one kernel argument (key or key=value)")
     try:
         validate_args(p["args"])
     except CmdlineError as exc:
         module.fail_json(msg=str(exc))
+    for opt in ("record_dir",):
+        problem = path_problem(p[opt], opt)
+        if problem:
+            module.fail_json(msg=problem)
     bootloader = p["bootloader"]
     if bootloader == "auto":
         bootloader = detect_bootloader("/", module.get_bin_path)
@@ -314,29 +464,64 @@ def run(module):
             module.fail_json(msg="cannot tell which boot loader this host uses (no update-grub/grub-mkconfig with "
                                  "/etc/default/grub, no grubby with BLS entries, no systemd-boot); set bootloader")
     handler = {"grub": do_grub, "grubby": do_grubby, "systemd-boot": do_systemd_boot}[bootloader]
+    rec_path = record_path(p["record_dir"], owner) if owner else None
     # the files this run may read and replace, checked before anything changes
     targets = {"grub": [GRUB_DROPIN], "systemd-boot": [SYSTEMD_BOOT_CMDLINE]}.get(bootloader, [])
     if p["update_bootloader"] and not module.check_mode and targets:
         targets.append(REGEN_PENDING)
+    if rec_path:
+        targets.append(rec_path)
     problems = [x for x in (target_problem(t) for t in targets) if x]
     if problems:
         module.fail_json(msg="%s; nothing was changed" % "; ".join(problems), bootloader=bootloader)
+    extra = {}
+    diffs = []
     try:
-        r, configured = handler(module, p["args"], p["state"])
+        # an owner's record is read, planned and written under its lock, around the boot loader change
+        with (file_lock(rec_path) if rec_path and not module.check_mode else _nolock()):
+            if rec_path:
+                rec_before = read_text(rec_path)
+                entries = parse_record(rec_before, rec_path)
+                plan = plan_owned(configured_now(module, bootloader), p["args"], p["state"], entries,
+                                  _other_owners_args(p["record_dir"], rec_path))
+                rec_after = render_record(owner, plan["entries"])
+                ops = plan["ops"]
+                extra = dict(record=rec_path, recorded=[e["arg"] for e in plan["entries"]], kept=plan["kept"],
+                             removed=plan["removed"])
+                rec_r = {"changed": False}
+                if p["state"] == "present" and rec_after != rec_before:
+                    # recorded before the argument is added: a run killed in between never leaves an
+                    # argument of ours that no record names
+                    rec_r = _write_record(module, rec_path, rec_after)
+            else:
+                ops = [(p["args"], p["state"])]
+            r, configured = handler(module, ops, strict=not rec_path)
+            if r.get("diff"):
+                diffs.append(r["diff"])
+            if rec_path:
+                if p["state"] == "absent" and rec_after != rec_before:
+                    # forgotten only after the removal: a run killed in between removes them again next time
+                    rec_r = _write_record(module, rec_path, rec_after)
+                if rec_r.get("diff"):
+                    diffs.append(rec_r["diff"])
+                r["changed"] = r["changed"] or rec_r["changed"]
     except CmdlineError as exc:
         module.fail_json(msg=str(exc), bootloader=bootloader)
     except OSError as exc:  # a file that became unreadable or unwritable after the checks above
         module.fail_json(msg="%s: %s" % (bootloader, exc), bootloader=bootloader)
     running = split_cmdline(read_text("/proc/cmdline") or "")
-    pending = unmet(running, p["args"], p["state"])
+    if rec_path and p["state"] == "absent":
+        pending = reboot_pending_absent(running, configured, p["args"] or extra["removed"])
+    else:
+        pending = unmet(running, p["args"], p["state"])
     result = dict(changed=r["changed"], bootloader=bootloader, configured=configured, running=running,
-                  unmet=pending, reboot_required=bool(pending), regenerated=r.get("regenerated", False))
+                  unmet=pending, reboot_required=bool(pending), regenerated=r.get("regenerated", False), **extra)
     if r.get("path"):
         result["path"] = r["path"]
     if r.get("backup_file"):
         result["backup_file"] = r["backup_file"]
-    if module._diff and r.get("diff"):
-        result["diff"] = r["diff"]
+    if module._diff and diffs:
+        result["diff"] = diffs[0] if len(diffs) == 1 else diffs
     module.exit_json(**result)
 
 

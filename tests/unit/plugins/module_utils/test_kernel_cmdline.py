@@ -200,3 +200,98 @@ def test_quoted_value_is_met_as_the_kernel_reports_it():
     assert k.unmet(running, ['dyndbg="file a.c +p"'], "present") == []
     assert k.unmet(['dyndbg="file a.c +p"'], ['dyndbg="file b.c +p"'], "present") == ['dyndbg="file b.c +p"']
     assert k.unmet(running, ["dyndbg"], "absent") == ["dyndbg"]
+
+
+# --- ownership records: what an owner added, and only that, goes on absent --------------------------------
+
+def _plan(before, args, state, entries=(), others=()):
+    return k.plan_owned(list(before), list(args), state, [dict(e) for e in entries], set(others))
+
+
+def test_owned_present_records_only_what_was_not_configured():
+    # the user's own intel_iommu=on was configured before the owner asked for it
+    p = _plan(["ro", "quiet", "intel_iommu=on"], ["intel_iommu=on", "iommu=pt"], "present")
+    assert p["entries"] == [{"arg": "iommu=pt", "replaced": None}]
+    assert p["kept"] == ["intel_iommu=on"] and p["ops"] == [(["intel_iommu=on", "iommu=pt"], "present")]
+
+
+def test_owned_present_records_the_value_it_replaces_and_is_stable():
+    p = _plan(["ro", "intel_iommu=off"], ["intel_iommu=on", "iommu=pt"], "present")
+    assert p["entries"] == [{"arg": "intel_iommu=on", "replaced": "intel_iommu=off"},
+                            {"arg": "iommu=pt", "replaced": None}]
+    # second run: configured now, recorded: the record stays as it is
+    again = _plan(["ro", "intel_iommu=on", "iommu=pt"], ["intel_iommu=on", "iommu=pt"], "present", p["entries"])
+    assert again["entries"] == p["entries"] and again["kept"] == []
+    # the owner changes its value: the original value (not its own earlier one) is what it replaced
+    changed = _plan(["ro", "intel_iommu=on", "iommu=pt"], ["iommu=nopt"], "present", p["entries"])
+    assert {"arg": "iommu=nopt", "replaced": None} in changed["entries"]
+    assert {"arg": "iommu=pt", "replaced": None} not in changed["entries"]
+
+
+def test_owned_absent_removes_only_recorded_arguments():
+    entries = [{"arg": "iommu=pt", "replaced": None}]
+    p = _plan(["ro", "intel_iommu=on", "iommu=pt"], ["intel_iommu=on", "iommu=pt"], "absent", entries)
+    assert p["ops"] == [(["iommu=pt"], "absent")] and p["removed"] == ["iommu=pt"]
+    assert p["kept"] == ["intel_iommu=on"] and p["entries"] == []
+    # nothing recorded any more: a second absent removes nothing
+    again = _plan(["ro", "intel_iommu=on"], ["intel_iommu=on", "iommu=pt"], "absent", p["entries"])
+    assert again["ops"] == [([], "absent")] and again["removed"] == [] and again["entries"] == []
+
+
+def test_owned_absent_with_no_args_removes_every_recorded_argument():
+    entries = [{"arg": "intel_iommu=on", "replaced": None}, {"arg": "iommu=pt", "replaced": None}]
+    p = _plan(["ro", "intel_iommu=on", "iommu=pt", "quiet"], [], "absent", entries)
+    assert p["removed"] == ["intel_iommu=on", "iommu=pt"] and p["kept"] == [] and p["entries"] == []
+
+
+def test_owned_absent_restores_a_replaced_value_only_when_its_key_is_gone():
+    entries = [{"arg": "intel_iommu=on", "replaced": "intel_iommu=off"}]
+    # grubby/systemd-boot replaced the value: it comes back
+    p = _plan(["ro", "intel_iommu=on"], ["intel_iommu=on"], "absent", entries)
+    assert p["ops"] == [(["intel_iommu=on"], "absent"), (["intel_iommu=off"], "present")]
+    assert k.apply_args(k.apply_args(["ro", "intel_iommu=on"], ["intel_iommu=on"], "absent"),
+                        ["intel_iommu=off"], "present") == ["ro", "intel_iommu=off"]
+    # GRUB appended ours after /etc/default/grub's value, which is in force again by itself
+    p = _plan(["ro", "intel_iommu=off", "intel_iommu=on"], ["intel_iommu=on"], "absent", entries)
+    assert p["ops"] == [(["intel_iommu=on"], "absent")]
+
+
+def test_owned_arguments_shared_between_owners():
+    # another owner added iommu=pt: this owner shares it instead of calling it the user's
+    p = _plan(["ro", "iommu=pt"], ["iommu=pt"], "present", others={"iommu=pt"})
+    assert p["entries"] == [{"arg": "iommu=pt", "replaced": None}] and p["kept"] == []
+    # on absent it is forgotten by this owner but stays for the other one
+    p = _plan(["ro", "iommu=pt"], ["iommu=pt"], "absent", p["entries"], others={"iommu=pt"})
+    assert p["removed"] == [] and p["entries"] == []
+
+
+def test_owned_absent_bare_key_names_every_recorded_value():
+    entries = [{"arg": "intel_iommu=on", "replaced": None}]
+    p = _plan(["ro", "intel_iommu=on"], ["intel_iommu"], "absent", entries)
+    assert p["removed"] == ["intel_iommu=on"] and p["kept"] == []
+
+
+def test_record_roundtrip_and_refusal():
+    entries = [{"arg": "intel_iommu=on", "replaced": "intel_iommu=off"}, {"arg": 'dyndbg="a b"', "replaced": None}]
+    text = k.render_record("vfio", entries)
+    assert k.parse_record(text, "/r/vfio.json") == entries
+    assert k.render_record("vfio", []) is None and k.parse_record(None, "/r") == []
+    for bad in ("{", '{"added": [{"arg": "x=$(id)"}]}', '{"owner": "vfio"}', "[1]"):
+        with pytest.raises(k.CmdlineError, match="not a kernel_cmdline ownership record"):
+            k.parse_record(bad, "/r/vfio.json")
+
+
+def test_reboot_pending_after_owned_absent():
+    running = ["ro", "intel_iommu=off", "intel_iommu=on", "iommu=pt", "vfio-pci.disable_idle_d3=1"]
+    configured = ["ro", "intel_iommu=off", "vfio-pci.disable_idle_d3=1"]
+    cands = ["intel_iommu=on", "iommu=pt", "vfio-pci.disable_idle_d3=1"]
+    assert k.reboot_pending_absent(running, configured, cands) == ["intel_iommu=on", "iommu=pt"]
+    assert k.reboot_pending_absent(configured, configured, cands) == []
+
+
+def test_grub_owned_removal_leaves_the_base_copy():
+    dropin = k.render_grub_dropin(["intel_iommu=on"])
+    with pytest.raises(k.CmdlineError, match="set outside"):
+        k.plan_grub(dropin, ["ro", "intel_iommu=on"], ["intel_iommu=on"], "absent")
+    new, conf = k.plan_grub(dropin, ["ro", "intel_iommu=on"], ["intel_iommu=on"], "absent", strict=False)
+    assert new is None and conf == ["ro", "intel_iommu=on"]
