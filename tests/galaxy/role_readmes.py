@@ -129,6 +129,17 @@ EXAMPLES = {
       ansible.builtin.include_role:
         name: gpuops.nvidia.reboot
 """,
+    "preflight": """\
+- name: Preflight -- the stages, their hosts, and the inventory's sense (changes nothing)
+  hosts: localhost
+  connection: local
+  gather_facts: false
+  any_errors_fatal: true
+  roles:
+    - role: gpuops.nvidia.preflight
+      vars:
+        preflight_empty_stage: fail
+""",
     "report": """\
 - name: Facts of every node
   hosts: all
