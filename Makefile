@@ -75,15 +75,18 @@ test-sanity: install ## ansible-test sanity, ansible-lint (production), ruff
 test-integration: install ## ansible-test integration targets that run on this machine
 	cd $(AT_DIR) && $(BIN)/ansible-test integration --python 3.11 --color no --local gpu_facts
 
-lab: install ## the main job: site.yml against the lab (node roots + a real-kernel VM + a real control plane with KWOK nodes)
+LAB_INV := -i inventories/example/hosts.yml -i inventories/lab/hosts.yml
+lab: install ## the main job: site.yml on the example inventory, in the lab (node-root stand-ins + a real-kernel VM as gpu-p01 + a real control plane whose KWOK nodes are the example's k8s_nodes)
 	$(BIN)/python tests/lab/noderoots/build.py --out $(ROOT)/.lab/roots
 ifeq ($(LAB_MINIMAL),1)
-	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml playbooks/site.yml $(LAB_ARGS)
+	$(BIN)/ansible-playbook $(LAB_INV) -e gpuops_k8s_api=false playbooks/site.yml $(LAB_ARGS)
 else
 	$(MAKE) vm-up
-	$(MAKE) cluster-up NODES=$(ROOT)/tests/lab/cluster/nodes/lab.yml
-	rc=0; $(BIN)/ansible-playbook -i inventories/lab/hosts.yml -i $(ROOT)/.lab/vm/hosts.yml \
-	  -i $(CLUSTER_DIR_LAB)/inventory.yml -e gpu_reboot_allowed=true playbooks/site.yml $(LAB_ARGS) || rc=$$?; \
+	$(MAKE) cluster-up NODES=$(ROOT)/inventories/lab/cluster-nodes.yml
+	$(BIN)/python tests/lab/lab_inventory.py --vm $(ROOT)/.lab/vm/hosts.yml --out $(ROOT)/.lab/example/vm.yml
+	rc=0; $(BIN)/ansible-playbook $(LAB_INV) -i $(ROOT)/.lab/example/vm.yml \
+	  -e gpuops_kubeconfig=$(CLUSTER_DIR_LAB)/kubeconfig -e gpuops_empty_stage=fail -e gpu_reboot_allowed=true \
+	  playbooks/site.yml $(LAB_ARGS) || rc=$$?; \
 	  [ "$(LAB_KEEP)" = 1 ] || { $(MAKE) vm-down; $(MAKE) cluster-down; }; exit $$rc
 endif
 

@@ -57,7 +57,7 @@ def run(project, name, playbook, extravars, limit=None):
            "PATH": VENV_BIN + ":" + os.environ["PATH"], "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg")}
     return ansible_runner.run(private_data_dir=str(pdd), project_dir=REPO, playbook=playbook,
-                              inventory=os.path.join(REPO, "inventories", "lab", "hosts.yml"),
+                              inventory=os.path.join(REPO, "tests", "awx", "lab-fleet.yml"),
                               extravars=extravars, limit=limit, envvars=env, quiet=True, timeout=300)
 
 
