@@ -10,7 +10,7 @@ DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 DEBIAN_SUITE="${DEBIAN_SUITE:-bookworm}"
 VM_MEM="${VM_MEM:-1024}"
 # Cache key: changes to the image recipe rebuild the image, nothing else does.
-VM_IMAGE_KEY="$(sha256sum <"$VM_LANE_DIR/build-image.sh" | cut -c1-12)"
+VM_IMAGE_KEY="$(cat "$VM_LANE_DIR/build-image.sh" "$VM_LANE_DIR/rootfs.sh" "$VM_LANE_DIR/mkdisk.sh" | sha256sum | cut -c1-12)"
 VM_BASE_IMAGE="$VM_CACHE/bookworm-$VM_IMAGE_KEY.img"
 VM_SSH_KEY="$VM_CACHE/id_ed25519"
 log() { printf '[vm %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }

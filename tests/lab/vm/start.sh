@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start a lane VM from the cached base image (copy-on-write overlay, base untouched).
 #   start.sh NAME     -> state in $VM_STATE/NAME (pidfile, ssh port, serial console log)
+#   VM_IMAGE=PATH     boot another raw image (e.g. the driver lane's) instead of the base image
 # Guest: q35 + emulated Intel IOMMU (intremap), TCG, std VGA (the boot VGA device), and
 # GPU stand-ins:
 #   00:05.0 edu (plays the GPU)  + 00:05.1 pci-testdev (its "audio" companion): one IOMMU group
@@ -9,12 +10,13 @@ source "$(dirname "$0")/lib.sh"
 name="${1:?usage: start.sh NAME}"
 valid_name "$name"
 d="$(vm_dir "$name")"
-[ -f "$VM_BASE_IMAGE" ] || die "no base image $VM_BASE_IMAGE: run build-image.sh first"
+image="${VM_IMAGE:-$VM_BASE_IMAGE}"
+[ -f "$image" ] || die "no image $image: run build-image.sh first"
 if [ -f "$d/supervisor.pid" ] && kill -0 "$(cat "$d/supervisor.pid")" 2>/dev/null; then
   log "$name already running (supervisor pid $(cat "$d/supervisor.pid"))"; exit 0
 fi
 rm -rf "$d"; mkdir -p "$d"
-qemu-img create -q -f qcow2 -F raw -b "$VM_BASE_IMAGE" "$d/disk.qcow2"
+qemu-img create -q -f qcow2 -F raw -b "$image" "$d/disk.qcow2"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 echo "$port" >"$d/ssh.port"
 echo "${VM_RUN_ID:-}" >"$d/run_id"
