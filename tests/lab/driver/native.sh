@@ -206,11 +206,11 @@ if grep -vE '^[0-9,acd]+$|^---$' "$OUT/absent-etc.diff" | grep -q .; then
   cat "$OUT/absent-etc.diff" >&2; die "state=absent left /etc different from before the install (see $OUT/absent-etc.diff)"
 fi
 # Debian never deletes the system account a package made (files may still be owned by it): the only
-# account left may be nvidia-persistenced's, and nothing else
+# account left may be nvidia-persistenced's (nvpd), and nothing else
 comm -13 "$OUT/pristine.accounts" "$OUT/after-absent.accounts" >"$OUT/absent-accounts.diff"
 comm -23 "$OUT/pristine.accounts" "$OUT/after-absent.accounts" | sed 's/^/removed /' >>"$OUT/absent-accounts.diff"
-grep -vxE '(user|group) nvidia-persistenced' "$OUT/absent-accounts.diff" | grep -q . \
-  && { cat "$OUT/absent-accounts.diff" >&2; die "state=absent left accounts other than nvidia-persistenced's"; }
+grep -vxE '(user|group) nvpd' "$OUT/absent-accounts.diff" | grep -q . \
+  && { cat "$OUT/absent-accounts.diff" >&2; die "state=absent left accounts other than nvidia-persistenced's (nvpd)"; }
 absent2_s=$(play 6-absent-again -e driver_lab_phase=absent)
 [ "$(recap 6-absent-again changed)" = 0 ] || die "second absent run changed something: see $OUT/6-absent-again.log"
 
