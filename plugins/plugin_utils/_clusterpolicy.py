@@ -319,7 +319,7 @@ def _driver(m):
         if re.match(r"^\d+$", v):
             m.set("driver_branch", v, "driver.version")
         elif re.match(r"^\d+\.\d+(\.\d+)?$", v):
-            m.set("driver_branch", v.split(".")[0], "driver.version")
+            m.set("driver_branch", v.split(".", maxsplit=1)[0], "driver.version")
             m.set("driver_version", v, "driver.version")
         else:
             m.skip("driver.version", version, "not a driver version (branch such as 580 or version such as "

@@ -17,7 +17,7 @@ import yaml
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 COLLECTIONS = os.environ.get("GPUOPS_COLLECTIONS", os.path.join(REPO, ".collections"))
 BOOK = os.path.join(COLLECTIONS, "ansible_collections", "gpuops", "nvidia", "playbooks", "import_clusterpolicy.yml")
-FIXTURE = os.path.join(REPO, "tests", "unit", "fixtures", "clusterpolicy", "mig-mixed-custom-registry.yaml")
+FIXTURE = os.path.join(REPO, "tests", "unit", "fixtures", "clusterpolicy", "mig-mixed-custom-registry.yaml-stream")
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 
 

@@ -58,7 +58,7 @@ EXPECTED = {
         "unmapped": ["operator.use_ocp_driver_toolkit", "driver.upgradePolicy.autoUpgrade",
                      "driver.upgradePolicy.drain.enable"] + UPGRADE_DRAIN + ["dcgm"],
     },
-    "mig-mixed-custom-registry.yaml": {
+    "mig-mixed-custom-registry.yaml-stream": {
         "vars": {
             "gpuops_cluster_components": ["runtime_class", "nfd", "gfd", "device_plugin", "mig_manager", "validator",
                                           "policies"],
@@ -186,7 +186,7 @@ def test_exact_vars_and_unmapped(fixture):
 
 
 def test_every_unmapped_value_is_the_policys():
-    r = f.clusterpolicy_to_vars(load("mig-mixed-custom-registry.yaml"))
+    r = f.clusterpolicy_to_vars(load("mig-mixed-custom-registry.yaml-stream"))
     got = {u["path"]: u["value"] for u in r["unmapped"]}
     assert got["driver.rdma.enabled"] is True
     assert got["driver.upgradePolicy.maxUnavailable"] == "25%"
@@ -362,9 +362,9 @@ def test_written_group_vars_pass_the_roles_argument_specs(fixture, tmp_path):
 
 
 def test_group_vars_text_is_stable_and_commented():
-    result = f.clusterpolicy_to_vars(load("mig-mixed-custom-registry.yaml"))
+    result = f.clusterpolicy_to_vars(load("mig-mixed-custom-registry.yaml-stream"))
     text = f.clusterpolicy_group_vars(result, "cp.yaml")
-    assert text == f.clusterpolicy_group_vars(f.clusterpolicy_to_vars(load("mig-mixed-custom-registry.yaml")), "cp.yaml")
+    assert text == f.clusterpolicy_group_vars(f.clusterpolicy_to_vars(load("mig-mixed-custom-registry.yaml-stream")), "cp.yaml")
     assert text.startswith("---\n# gpuops.nvidia group_vars imported from GPU Operator ClusterPolicy cluster-policy (cp.yaml)")
     assert "# from driver.upgradePolicy.maxParallelUpgrades\ngpu_upgrade_max_unavailable: 1\n" in text
     assert "# --- No equivalent in gpuops.nvidia (16) ---" in text
