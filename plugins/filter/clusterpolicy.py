@@ -8,10 +8,7 @@ from __future__ import annotations
 # Documentation: one file per filter (clusterpolicy_to_vars.yml, clusterpolicy_group_vars.yml beside
 # this file), as ansible-doc reads a multi-filter file's docs from <filter name>.yml beside it.
 
-import functools
-
-from ansible.errors import AnsibleError, AnsibleFilterError
-
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import refusing
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils._clusterpolicy import (
     ClusterPolicyError,
     clusterpolicy_to_vars as _to_vars,
@@ -36,18 +33,7 @@ def _plain(obj):
     return obj
 
 
-def _refusing(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except AnsibleError:
-            raise
-        except ClusterPolicyError as e:
-            raise AnsibleFilterError("%s: %s" % (fn.__name__, e)) from e
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
-            raise AnsibleFilterError("%s: malformed input (%s)" % (fn.__name__, type(e).__name__)) from e
-    return wrapper
+_refusing = refusing(ClusterPolicyError)
 
 
 @_refusing

@@ -7,10 +7,10 @@ from __future__ import annotations
 # Documentation: one file per filter (gpu_diagnose.yml, gpu_readiness.yml, gpu_doctor_read.yml,
 # gpu_doctor_pending.yml), as ansible-doc reads a multi-filter file's docs from <filter name>.yml beside it.
 
-import functools
 
-from ansible.errors import AnsibleError, AnsibleFilterError
+from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import refusing
 from ansible_collections.gpuops.nvidia.plugins.module_utils._doctor import (
     DoctorInputError,
     diagnose,
@@ -22,22 +22,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._doctor import (
 _ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
-def _refusing(fn):
-    """Bad input ends in AnsibleFilterError with the filter's name and what was wrong, never in a
-    Python traceback: the explicit checks (DoctorInputError) say what was expected; anything they
-    missed is reported as malformed input rather than crashing the play."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except AnsibleError:
-            raise
-        except DoctorInputError as e:
-            raise AnsibleFilterError("%s: %s" % (fn.__name__, e)) from e
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
-            # the cause's text is appended by AnsibleError: "<filter>: malformed input (KeyError): 'x'"
-            raise AnsibleFilterError("%s: malformed input (%s)" % (fn.__name__, type(e).__name__)) from e
-    return wrapper
+_refusing = refusing(DoctorInputError)
 
 
 @_refusing

@@ -14,11 +14,11 @@ from __future__ import annotations
 # Documentation: one file per filter (k8s_*.yml beside this file), as ansible-doc reads a
 # multi-filter file's docs from <filter name>.yml beside it.
 
-import functools
 import re
 from collections.abc import Mapping
 
-from ansible.errors import AnsibleError, AnsibleFilterError, AnsibleUndefinedVariable
+from ansible.errors import AnsibleFilterError, AnsibleUndefinedVariable
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import refusing
 from ansible_collections.gpuops.nvidia.plugins.module_utils import (
     _k8s_device_plugin as dp,
 )
@@ -32,21 +32,7 @@ class _Refused(ValueError):
     pass
 
 
-def _refusing(fn):
-    """Bad input ends in AnsibleFilterError with the filter's name and what was wrong, never in a Python
-    traceback; anything the explicit checks missed is reported as malformed input."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except AnsibleError:
-            raise
-        except (_Refused, kl.PlanError, dp.ConfigError, kj.JobsInputError) as e:
-            raise AnsibleFilterError("%s: %s" % (fn.__name__, e)) from e
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
-            # the cause's text is appended by AnsibleError: "<filter>: malformed input (KeyError): 'x'"
-            raise AnsibleFilterError("%s: malformed input (%s)" % (fn.__name__, type(e).__name__)) from e
-    return wrapper
+_refusing = refusing(_Refused, kl.PlanError, dp.ConfigError, kj.JobsInputError)
 
 
 def _kind(value):

@@ -1,0 +1,34 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+"""What every filter of the collection does with bad input (controller side).
+
+PRIVATE: may change at any time; not for use outside gpuops.nvidia.
+"""
+from __future__ import annotations
+
+import functools
+
+from ansible.errors import AnsibleError, AnsibleFilterError
+
+MALFORMED = (TypeError, ValueError, KeyError, AttributeError, IndexError)
+
+
+def refusing(*known):
+    """Decorator: bad input ends in AnsibleFilterError with the filter's name and what was wrong, never in a
+    Python traceback. ``known`` are the filter's own input errors (their text is the message); anything the
+    explicit checks missed is reported as malformed input (AnsibleError appends the cause's text)."""
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except AnsibleError:
+                raise
+            except known as e:
+                raise AnsibleFilterError("%s: %s" % (fn.__name__, e)) from e
+            except MALFORMED as e:
+                raise AnsibleFilterError("%s: malformed input (%s)" % (fn.__name__, type(e).__name__)) from e
+        return wrapper
+    return decorate
