@@ -92,6 +92,7 @@ _PCI_CAP_PTR = 0x34
 _PCI_CAP_VENDOR_SPECIFIC = 0x09
 _MIG_STRATEGIES = ("none", "single", "mixed")
 GPU_RESOURCE = "nvidia.com/gpu"
+RESOURCE_PREFIX = "nvidia.com/"
 
 
 class GFDConfigError(ValueError):
@@ -114,12 +115,18 @@ def _replicated_resources(spec, key):
     """One ``sharing.timeSlicing`` / ``sharing.mps`` section as GFD parses it
     (api/config/v1/replicas.go:164-268) and then rewrites it with DisableResourceNamingInConfig
     (config.go:90-102, replicas.go:35-65): ``rename`` ends up empty, or ``<name>.shared`` when
-    ``renameByDefault`` is true."""
+    ``renameByDefault`` is true.  A name without a ``nvidia.com/`` prefix gets it, as the plugin's
+    ResourceName does (so ``gpu`` labels ``nvidia.com/gpu``)."""
     if spec is None:
         return None
     if not isinstance(spec, dict):
         raise GFDConfigError("sharing.%s must be a mapping" % key)
-    rename_by_default = bool(spec.get("renameByDefault", False))
+    for flag in ("renameByDefault", "failRequestsGreaterThanOne"):
+        # a JSON bool in GFD's struct: anything but a bool or null fails the config's unmarshalling
+        # (GFD then writes no labels at all); null leaves the default
+        if spec.get(flag) is not None and not isinstance(spec[flag], bool):
+            raise GFDConfigError("sharing.%s.%s must be true or false, got %r" % (key, flag, spec[flag]))
+    rename_by_default = spec.get("renameByDefault") is True
     resources = spec.get("resources")
     if not resources:
         raise GFDConfigError("sharing.%s: no resources specified" % key)
@@ -140,7 +147,11 @@ def _replicated_resources(spec, key):
         if not (devices == "all" or isinstance(devices, list)
                 or (isinstance(devices, int) and not isinstance(devices, bool) and devices > 0)):
             raise GFDConfigError("sharing.%s: unrecognized devices spec %r" % (key, devices))
-        name = str(res["name"])
+        name = res["name"]
+        if not isinstance(name, str):
+            raise GFDConfigError("sharing.%s: resource name must be a string, got %r" % (key, name))
+        if not name.startswith(RESOURCE_PREFIX):
+            name = RESOURCE_PREFIX + name  # NewResourceName (resources.go): a bare "gpu" is nvidia.com/gpu
         out.append({"name": name, "replicas": replicas,
                     "rename": name + ".shared" if rename_by_default else ""})
     return {"rename_by_default": rename_by_default, "resources": out}

@@ -238,6 +238,80 @@ class TestSharing:
         with pytest.raises(_labels.GFDConfigError, match="MPS sharing is not supported"):
             _labels.gfd_labels([h200_gpu(mig_enabled=True)], config=cfg)
 
+    # -- MPS label sets, as GFD v0.17.4-v0.20.0 writes them (internal/lm/nvml.go newSharingLabeler,
+    # internal/lm/resource.go baseLabeler/getProductName, api/config/v1/sharing.go) -----------------
+
+    MPS_H200_4 = {"nvidia.com/mps.capable": "true", "nvidia.com/gpu.replicas": "4",
+                  "nvidia.com/gpu.sharing-strategy": "mps", "nvidia.com/gpu.product": "NVIDIA-H200-SHARED",
+                  "nvidia.com/gpu.count": "1"}
+
+    def test_mps_label_set_on_the_h200_replay(self, roots, h200_nvml):
+        cfg = {"version": "v1", "flags": {"migStrategy": "none"},
+               "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+        shared, _warnings = gather(roots["h200"], nvml=h200_nvml, gfd_config=cfg)
+        expected = dict(H200_GFD, **self.MPS_H200_4)
+        assert {k: shared["labels"].get(k) for k in expected} == expected
+        assert "nvidia.com/mig.strategy" not in shared["labels"]
+
+    def test_mps_with_rename_by_default_keeps_the_product(self):
+        cfg = {"sharing": {"mps": {"renameByDefault": True, "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+        labels = _labels.gfd_labels([h200_gpu()], config=cfg)
+        assert {k: labels[k] for k in self.MPS_H200_4} == dict(self.MPS_H200_4, **{"nvidia.com/gpu.product": "NVIDIA-H200"})
+
+    def test_mps_on_two_gpus_counts_gpus_not_replicas(self):
+        cfg = {"sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 3}]}}}
+        labels = _labels.gfd_labels([h200_gpu(), h200_gpu()], config=cfg)
+        assert (labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.replicas"]) == ("2", "3")
+
+    def test_mps_with_single_strategy_and_mig_disabled(self):
+        cfg = {"flags": {"migStrategy": "single"}, "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
+        labels = _labels.gfd_labels([h200_gpu()], config=cfg)
+        assert (labels["nvidia.com/mps.capable"], labels["nvidia.com/mig.strategy"],
+                labels["nvidia.com/gpu.sharing-strategy"]) == ("true", "single", "mps")
+
+    def test_mps_section_for_another_resource_still_makes_the_node_mps_capable(self):
+        # SharingStrategy() is mps (a replicated resource exists); nvidia.com/gpu itself is not shared
+        cfg = {"sharing": {"mps": {"resources": [{"name": "nvidia.com/mig-1g.18gb", "replicas": 2}]}}}
+        labels = _labels.gfd_labels([h200_gpu()], config=cfg)
+        assert (labels["nvidia.com/mps.capable"], labels["nvidia.com/gpu.replicas"],
+                labels["nvidia.com/gpu.sharing-strategy"], labels["nvidia.com/gpu.product"]) == ("true", "1", "none", "NVIDIA-H200")
+
+    def test_mps_section_wins_even_when_time_slicing_names_the_gpu(self):
+        # ReplicatedResources() is the mps section when there is one: the time-slicing entry is not consulted
+        cfg = {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]},
+                           "mps": {"resources": [{"name": "nvidia.com/mig-1g.18gb", "replicas": 2}]}}}
+        labels = _labels.gfd_labels([h200_gpu()], config=cfg)
+        assert (labels["nvidia.com/mps.capable"], labels["nvidia.com/gpu.replicas"],
+                labels["nvidia.com/gpu.sharing-strategy"]) == ("true", "1", "none")
+
+    @pytest.mark.parametrize("kind,strategy", [("mps", "mps"), ("timeSlicing", "time-slicing")])
+    def test_bare_resource_name_is_nvidia_com(self, kind, strategy):
+        # the plugin's ResourceName prefixes nvidia.com/ (api/config/v1/resources.go NewResourceName)
+        cfg = {"sharing": {kind: {"resources": [{"name": "gpu", "replicas": 3}]}}}
+        labels = _labels.gfd_labels([h200_gpu()], config=cfg)
+        assert (labels["nvidia.com/gpu.replicas"], labels["nvidia.com/gpu.sharing-strategy"],
+                labels["nvidia.com/gpu.product"]) == ("3", strategy, "NVIDIA-H200-SHARED")
+
+    @pytest.mark.parametrize("flag,value", [("renameByDefault", "false"), ("renameByDefault", 1),
+                                            ("failRequestsGreaterThanOne", "true"), ("failRequestsGreaterThanOne", 0)])
+    def test_non_boolean_sharing_flags_are_what_gfd_fails_on(self, flag, value):
+        # a JSON bool in GFD's struct: "false" as a string fails the whole config (GFD writes no labels)
+        cfg = {"sharing": {"mps": {flag: value, "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
+        with pytest.raises(_labels.GFDConfigError, match="sharing.mps.%s must be true or false" % flag):
+            _labels.gfd_labels([h200_gpu()], config=cfg)
+
+    def test_null_sharing_flags_are_the_defaults(self):
+        # JSON null into a Go bool / *bool is no error and leaves the default (false, unset)
+        cfg = {"sharing": {"mps": {"renameByDefault": None, "failRequestsGreaterThanOne": None,
+                                   "resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}}
+        labels = _labels.gfd_labels([h200_gpu()], config=cfg)
+        assert {k: labels[k] for k in self.MPS_H200_4} == self.MPS_H200_4
+
+    def test_resource_name_must_be_a_string(self):
+        cfg = {"sharing": {"mps": {"resources": [{"name": 7, "replicas": 2}]}}}
+        with pytest.raises(_labels.GFDConfigError, match="resource name must be a string"):
+            _labels.gfd_labels([h200_gpu()], config=cfg)
+
     def test_other_resource_replicated_leaves_gpu_alone(self):
         cfg = {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/mig-1g.18gb", "replicas": 2}]}}}
         labels = _labels.gfd_labels([h200_gpu()], config=cfg)
