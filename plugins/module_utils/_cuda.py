@@ -8,13 +8,15 @@ PRIVATE: may change at any time; not for use outside gpuops.nvidia.
 
 Standard library only (ctypes over ``libcuda.so.1``), Python 3.8+, and it
 imports nothing from the collection: the same file is copied into a container
-image and run inside pods as ``python3 _cuda.py [--elements N] [--device all|0]``.
+image and run inside pods as ``python3 _cuda.py [--elements N] [--device all|0] [--hold S]``.
 
 Per device: retain the primary context, JIT-load a PTX ``vectorAdd`` kernel
 (``.target sm_50``, so the driver compiles it for any newer GPU), copy two
 float32 vectors to the device, launch ``C[i] = A[i] + B[i]``, copy C back and
 compare on the host, then free everything.  This is what the GPU Operator's
 CUDA validator workload proves, without a CUDA toolkit, an image or a pod.
+``--hold S`` keeps the context and the buffers for S seconds after a good (or
+wrong) result, so that a client stays visible, e.g. to an MPS control daemon.
 
 ``check(lib=...)`` takes any object with libcuda's function names, so unit
 tests drive the exact call sequence with a Python stand-in.
@@ -273,8 +275,11 @@ def _compute_capability(drv, dev):
     return "%d.%d" % (major.value, minor.value)
 
 
-def vector_add_device(drv, ordinal, elements=DEFAULT_ELEMENTS, ptx=PTX):
-    """Run vectorAdd on one device; a dict, never raises for CUDA errors."""
+def vector_add_device(drv, ordinal, elements=DEFAULT_ELEMENTS, ptx=PTX, hold=0.0, on_hold=None):
+    """Run vectorAdd on one device; a dict, never raises for CUDA errors.
+
+    ``hold``: seconds to keep the context and the device buffers once the result is checked (not
+    after a CUDA error), before anything is freed; ``on_hold(res)`` is called first."""
     start = time.monotonic()
     res = {"index": ordinal, "name": None, "compute_capability": None, "elements": elements,
            "mismatches": None, "error": None, "call": None, "seconds": None}
@@ -316,6 +321,11 @@ def vector_add_device(drv, ordinal, elements=DEFAULT_ELEMENTS, ptx=PTX):
         if res["mismatches"]:
             first = next(i for i in range(elements) if c[i] != expected[i])
             res["first_mismatch"] = {"index": first, "got": c[first], "expected": expected[first]}
+        if hold > 0:
+            if on_hold is not None:
+                on_hold(res)
+            time.sleep(hold)
+            res["held_seconds"] = hold
     except CudaError as exc:
         res["error"] = exc.name
         res["code"] = exc.code
@@ -348,8 +358,8 @@ def device_ok(res):
     return res["error"] is None and res["mismatches"] == 0
 
 
-def check(elements=DEFAULT_ELEMENTS, device="all", lib=None, ptx=PTX):
-    """vectorAdd on every (or one) CUDA device.
+def check(elements=DEFAULT_ELEMENTS, device="all", lib=None, ptx=PTX, hold=0.0, on_hold=None):
+    """vectorAdd on every (or one) CUDA device (``hold``/``on_hold``: see vector_add_device).
 
     Returns ``{ok, library, driver_version, device_count, devices: [per device], error, call, seconds}``;
     a per-device dict has ``index, name, compute_capability, elements, mismatches, error, call, seconds``
@@ -361,6 +371,8 @@ def check(elements=DEFAULT_ELEMENTS, device="all", lib=None, ptx=PTX):
     try:
         if elements < 1:
             raise ValueError("elements must be at least 1")
+        if hold < 0:
+            raise ValueError("hold must not be negative")
         if lib is None:
             lib, out["library"], err = load_library()
             if lib is None:
@@ -394,7 +406,7 @@ def check(elements=DEFAULT_ELEMENTS, device="all", lib=None, ptx=PTX):
                 out["error"] = "device %s requested, %s present" % (ordinal, out["device_count"])
                 return out
             ordinals = [ordinal]
-        out["devices"] = [vector_add_device(drv, i, elements, ptx) for i in ordinals]
+        out["devices"] = [vector_add_device(drv, i, elements, ptx, hold, on_hold) for i in ordinals]
         out["ok"] = all(device_ok(d) for d in out["devices"])
         return out
     finally:
@@ -415,10 +427,20 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="CUDA vectorAdd check through the driver API (libcuda.so.1)")
     parser.add_argument("--elements", type=int, default=DEFAULT_ELEMENTS, help="vector length (default %(default)s)")
     parser.add_argument("--device", default="all", help="'all' or a CUDA device ordinal (default %(default)s)")
+    parser.add_argument("--hold", type=float, default=0.0, metavar="SECONDS",
+                        help="keep each device's context for SECONDS after its result is checked, so the process "
+                             "stays visible as a client (e.g. of MPS); a line on stderr says when (default 0)")
     args = parser.parse_args(argv)
     if args.device != "all" and not args.device.isdigit():
         parser.error("--device must be 'all' or a device ordinal")
-    res = check(elements=args.elements, device=args.device)
+    if not 0 <= args.hold <= 86400:
+        parser.error("--hold must be between 0 and 86400 seconds")
+
+    def holding(dev):
+        sys.stderr.write("%s; holding the context for %g s\n" % (describe(dev), args.hold))
+        sys.stderr.flush()
+
+    res = check(elements=args.elements, device=args.device, hold=args.hold, on_hold=holding)
     lines = [describe(dev) for dev in res["devices"]]
     if not res["devices"]:
         lines.append("vectorAdd: FAILED %s%s" % (res["error"], " in %s" % res["call"] if res["call"] else ""))

@@ -176,6 +176,56 @@ def test_init_failure_and_no_device():
     assert res["ok"] is False and res["error"] == "CUDA_ERROR_NO_DEVICE" and res["call"] == "cuDeviceGetCount"
 
 
+
+# -- --hold: the client stays alive (and visible to MPS) with its context and buffers ------------------
+
+def test_hold_keeps_context_and_buffers_until_it_ends(monkeypatch):
+    fake = FakeCuda(names=("A", "B"))
+    seen = []
+
+    def sleep(seconds):  # what is live while the process holds
+        seen.append(("sleep", seconds, list(fake.calls), dict(fake.retained), len(fake.mem)))
+
+    monkeypatch.setattr(_cuda.time, "sleep", sleep)
+    held = []
+    res = _cuda.check(elements=100, lib=fake, hold=2.5, on_hold=lambda dev: held.append((dev["index"], dev["mismatches"])))
+    assert res["ok"] and [d["held_seconds"] for d in res["devices"]] == [2.5, 2.5]
+    assert held == [(0, 0), (1, 0)]            # told after the result is known, once per device
+    assert len(seen) == 2
+    for _tag, seconds, calls, retained, live in seen:
+        last_launch = len(calls) - 1 - calls[::-1].index("cuLaunchKernel")
+        assert seconds == 2.5 and calls[-1] == "cuMemcpyDtoH_v2" and "cuMemFree_v2" not in calls[last_launch:]
+        assert live == 3 and 1 in retained.values()   # three buffers and the primary context still held
+    assert fake.mem == {} and fake.modules == {} and fake.retained == {0: 0, 1: 0}   # then freed as before
+
+
+def test_no_hold_by_default_and_none_after_a_cuda_error(monkeypatch):
+    slept = []
+    monkeypatch.setattr(_cuda.time, "sleep", slept.append)
+    res = _cuda.check(elements=10, lib=FakeCuda())
+    assert res["ok"] and slept == [] and "held_seconds" not in res["devices"][0]
+    res = _cuda.check(elements=10, lib=FakeCuda(fail={"cuLaunchKernel": 719}), hold=5, on_hold=slept.append)
+    assert res["ok"] is False and slept == [] and "held_seconds" not in res["devices"][0]
+    with pytest.raises(ValueError, match="hold must not be negative"):
+        _cuda.check(elements=10, lib=FakeCuda(), hold=-1)
+
+
+def test_main_hold_says_so_on_stderr_and_keeps_stdout(monkeypatch, capsys):
+    slept = []
+    monkeypatch.setattr(_cuda.time, "sleep", slept.append)
+    monkeypatch.setattr(_cuda, "load_library", lambda: (FakeCuda(), "libcuda.so.1", None))
+    assert _cuda.main(["--elements", "64", "--hold", "1.5"]) == 0
+    out, err = capsys.readouterr()
+    assert slept == [1.5]
+    assert err == "vectorAdd device 0 (NVIDIA H200): 64 elements, 0 mismatches; holding the context for 1.5 s\n"
+    assert out.splitlines()[0] == "vectorAdd device 0 (NVIDIA H200): 64 elements, 0 mismatches"
+    assert json.loads(out.splitlines()[1])["devices"][0]["held_seconds"] == 1.5
+    for bad in ("-1", "90000", "nan"):
+        with pytest.raises(SystemExit):
+            _cuda.main(["--hold", bad])
+        assert "--hold must be between 0 and 86400 seconds" in capsys.readouterr().err
+
+
 # -- as a script ------------------------------------------------------------------------------
 
 def test_main_prints_one_line_per_device_and_json(monkeypatch, capsys):
