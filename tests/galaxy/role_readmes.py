@@ -57,6 +57,16 @@ _CLUSTER_PLAY = """\
 
 # Example plays; cluster roles use _CLUSTER_PLAY with these vars.
 EXAMPLES = {
+    "mig_layout": """\
+- name: MIG layouts on container GPU nodes, re-applied at boot
+  hosts: gpu_container
+  become: true
+  roles:
+    - role: gpuops.nvidia.mig_layout
+      vars:
+        mig_layout_configs: "{{ lookup('ansible.builtin.file', 'mig-config.yaml') | from_yaml }}"
+        mig_layout_config: all-balanced
+""",
     "container_toolkit": """\
 - name: NVIDIA container toolkit on container GPU nodes
   hosts: gpu_nodes
