@@ -162,16 +162,18 @@ def _profiles(lib, handle, memory_total):
             info = lib.nvmlDeviceGetGpuInstanceProfileInfo(handle, index)
         except lib.NVMLError:
             continue  # not supported on this GPU
-        name = _text(getattr(info, "name", b"") or b"")
-        name = name[4:] if name.startswith("MIG ") else name
+        raw = _text(getattr(info, "name", b"") or b"")
+        computed = profile_name(info.sliceCount, info.memorySizeMB, memory_total, index)
+        name = raw[4:] if raw.startswith("MIG ") else raw
         if not PROFILE_RE.match(name or ""):
-            name = profile_name(info.sliceCount, info.memorySizeMB, memory_total, index)
+            name = computed
         count = ctypes.c_uint(0)
         lib.nvmlDeviceGetGpuInstancePossiblePlacements(handle, info.id, None, ctypes.byref(count))
         array = (lib.c_nvmlGpuInstancePlacement_t * max(count.value, 1))()
         lib.nvmlDeviceGetGpuInstancePossiblePlacements(handle, info.id, array, ctypes.byref(count))
         out.append({
-            "index": index, "id": info.id, "name": name, "slices": info.sliceCount,
+            "index": index, "id": info.id, "name": name, "name_nvml": raw, "name_computed": computed,
+            "slices": info.sliceCount,
             "instances": info.instanceCount, "memory_mib": info.memorySizeMB,
             "placements": [(array[i].start, array[i].size) for i in range(count.value)],
         })
@@ -550,7 +552,10 @@ def run(lib, doc, name, check_mode=False, reset=None):
                      "destroy": [describe_instance(gi) for gi in (plan or {}).get("destroy", [])],
                      "create": [describe_instance(c) for c in (plan or {}).get("create", [])],
                      "keep": [describe_instance(gi) for gi in (plan or {}).get("keep", [])],
-                     "set_mig_mode": (plan or {}).get("set_mode")}
+                     "set_mig_mode": (plan or {}).get("set_mode"),
+                     "profiles": [dict(((k, p[k]) for k in ("name", "id", "slices", "instances", "memory_mib",
+                                                                      "name_nvml", "name_computed")),
+                                       placements=[list(x) for x in p["placements"]]) for p in gpu["profiles"]]}
             if plan and plan_changes(plan) and not check_mode:
                 done = apply_gpu(lib, gpu, plan, reset)
                 entry.update(done)

@@ -102,6 +102,9 @@ gpus:
       of the config matched it), C(mig_mode_before) (C(current), C(pending)), C(set_mig_mode) (the mode set, or
       null), C(keep), C(destroy) and C(create) (instances as C(<profile>@<placement start>)), C(changed), and
       after applying C(mig_mode_after), C(verified), C(found), C(expected), C(reset_pending), C(reset_output).
+    - C(profiles) lists the GPU-instance profiles the GPU offers, read from NVML (C(name), C(id), C(slices),
+      C(instances), C(memory_mib), C(placements) as C([start, size]) pairs, C(name_nvml) as NVML reports it when it
+      does and C(name_computed) from the profile's memory).
   type: list
   elements: dict
   returned: success
