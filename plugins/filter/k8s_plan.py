@@ -24,6 +24,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import (
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_jobs as kj
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels as kl
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig
 
 
 # -- input checks: wrong types end in AnsibleFilterError naming the filter and the value ----------------
@@ -206,9 +207,10 @@ def k8s_device_plugin_data(configs, default_name="default", mig_strategy="single
 
 @_refusing
 def k8s_mig_config_names(doc):
+    # the same validator as the mig_config module's (one validator, two users)
     try:
-        return dp.validate_mig_configs(doc)
-    except dp.ConfigError as e:
+        return _mig.validate_config(doc)
+    except _mig.MigError as e:
         raise AnsibleFilterError("invalid MIG manager config:\n  - " + "\n  - ".join(e.errors))
 
 

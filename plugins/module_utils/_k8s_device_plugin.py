@@ -1,7 +1,7 @@
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
-"""Device plugin (k8s-device-plugin v0.20) and MIG manager (mig-parted v0.15) configs.
+"""Device plugin (k8s-device-plugin v0.20) configs (the MIG manager's mig-parted configs are _mig.validate_config's).
 
 PRIVATE: may change at any time; not for use outside gpuops.nvidia.
 
@@ -256,43 +256,6 @@ def render(configs, default_name="default", mig_strategy="single"):
     if errors:
         raise ConfigError(errors)
     return data, warnings
-
-
-def validate_mig_configs(doc):
-    """mig-parted config file (``version: v1``, ``mig-configs``); returns the list of names."""
-    errors = []
-    if not isinstance(doc, dict) or doc.get("version") != "v1":
-        raise ConfigError(["MIG config: version must be v1"])
-    _check_keys(errors, "MIG config", doc, {"version", "mig-configs"})
-    configs = doc.get("mig-configs") or {}
-    if not isinstance(configs, dict):
-        raise ConfigError(errors + [f"MIG config: mig-configs must map config names to entry lists, got {configs!r}"])
-    for name, specs in configs.items():
-        if not specs:
-            errors.append(f"MIG config {name!r}: needs at least one entry")
-            continue
-        if not isinstance(specs, list):
-            errors.append(f"MIG config {name!r}: must be a list of entries, got {specs!r}")
-            continue
-        for i, spec in enumerate(specs):
-            at = f"MIG config {name!r}[{i}]"
-            if not isinstance(spec, dict):
-                errors.append(f"{at}: must be a mapping, got {spec!r}")
-                continue
-            _check_keys(errors, at, spec, {"devices", "mig-enabled", "mig-devices", "device-filter"})
-            if "devices" not in spec or "mig-enabled" not in spec:
-                errors.append(f"{at}: devices and mig-enabled are required")
-                continue
-            if spec["devices"] != "all" and not (isinstance(spec["devices"], list)
-                                                 and all(isinstance(d, int) for d in spec["devices"])):
-                errors.append(f"{at}: devices must be 'all' or a list of GPU indexes")
-            if spec["mig-enabled"] and "mig-devices" not in spec:
-                errors.append(f"{at}: mig-devices is required when mig-enabled is true")
-            if not spec["mig-enabled"] and spec.get("mig-devices"):
-                errors.append(f"{at}: mig-devices must be empty when mig-enabled is false")
-    if errors:
-        raise ConfigError(errors)
-    return sorted(configs)
 
 
 def validate_vgpu_configs(doc, default_name="default"):

@@ -705,6 +705,7 @@ def test_filters_accept_generators_where_lists_are_expected():
 def _module_utils_cases():
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _doctor, _driver, _files, _labels
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_device_plugin as dp
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_jobs as kj
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels as kl
     return {
@@ -713,8 +714,8 @@ def _module_utils_cases():
         "node_plan: options a list": (kl.PlanError, kl.node_plan, ([], None, ["x"])),
         "labels_from_inventory: count": (kl.PlanError, kl.labels_from_inventory, ({"count": "x"},)),
         "render: configs a string": (dp.ConfigError, dp.render, ("x",)),
-        "validate_mig_configs: entry a number": (dp.ConfigError, dp.validate_mig_configs,
-                                                 ({"version": "v1", "mig-configs": {"a": [5]}},)),
+        "mig validate_config: entry a number": (_mig.MigError, _mig.validate_config,
+                                                ({"version": "v1", "mig-configs": {"a": [5]}},)),
         "jobs: nodes a string": (kj.JobsInputError, kj.jobs, ("node1", "gpuops-validate", "k")),
         "outcomes: resources of ints": (kj.JobsInputError, kj.outcomes, ([5], [])),
         "diagnose: devices a string": (_doctor.DoctorInputError, _doctor.diagnose, ({"devices": "x"},)),

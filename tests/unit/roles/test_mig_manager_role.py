@@ -45,3 +45,13 @@ def test_defaults_match_argument_specs():
             if "default" not in options[name]:
                 continue
         assert options[name]["default"] == value, name
+
+
+def test_the_role_validates_its_configs_with_the_mig_config_modules_validator():
+    """One validator, two users: the cluster's MIG manager refuses what mig_config refuses."""
+    ok, facts = ROLE.set_fact("prepare.yml", "Validate the MIG configs and resolve the image")
+    assert ok and "all-balanced" in facts["_mig_manager_config_names"]
+    nonsense = {"version": "v1", "mig-configs": {"x": [{"devices": "all", "mig-enabled": True,
+                                                        "mig-devices": {"9g.999gb": -3}}]}}
+    with pytest.raises(Exception, match=r"'9g.999gb': count must be a positive integer, got -3"):
+        ROLE.set_fact("prepare.yml", "Validate the MIG configs and resolve the image", gpuops_mig_configs=nonsense)

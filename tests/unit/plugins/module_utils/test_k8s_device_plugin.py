@@ -289,18 +289,6 @@ def test_every_problem_of_a_config_is_listed_at_once():
     ]
 
 
-def test_mig_configs():
-    doc = {"version": "v1", "mig-configs": {
-        "all-disabled": [{"devices": "all", "mig-enabled": False}],
-        "all-1g.18gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.18gb": 7}}]}}
-    assert dp.validate_mig_configs(doc) == ["all-1g.18gb", "all-disabled"]
-    bad = {"version": "v1", "mig-configs": {"x": [{"devices": "all", "mig-enabled": True}]}}
-    with pytest.raises(dp.ConfigError, match="mig-devices is required"):
-        dp.validate_mig_configs(bad)
-    with pytest.raises(dp.ConfigError, match="version must be v1"):
-        dp.validate_mig_configs({"version": "v2"})
-
-
 def test_vgpu_configs_valid():
     doc = {"version": "v1", "vgpu-configs": {"default": [{"devices": "all", "vgpu-devices": {"A10-4Q": 6}}],
                                              "split": [{"devices": [0, 1], "vgpu-devices": {"A10-2Q": 12}}]}}
