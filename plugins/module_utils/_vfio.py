@@ -12,9 +12,15 @@ Persistence is per BDF: a udev rule sets ``driver_override=vfio-pci`` on the
 function's ``add`` event (before ``80-drivers.rules`` loads any native driver) and
 re-probes it, so only the chosen functions are claimed -- unlike ``vfio-pci.ids``,
 which takes every device with the same ID.
+
+Variant drivers: when the kernel ships a vfio-pci variant for the device (``alias vfio_pci:...`` in
+``/lib/modules/<release>/modules.alias``, e.g. ``nvgrace_gpu_vfio_pci`` for Grace Hopper and Grace
+Blackwell superchip GPUs), the function is bound to that driver instead, as the GPU Operator's VFIO
+manager does: the alias matching the device's ``modalias`` with the fewest wildcards wins.
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -44,10 +50,77 @@ INITRAMFS_PENDING = "/var/lib/gpuops/vfio-initramfs.pending"
 WAIT_TIMEOUT = 5.0
 BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 RULE_BDF_RE = re.compile(r'^ACTION=="add", SUBSYSTEM=="pci", KERNEL=="([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])", '
-                         r'ATTR\{driver_override\}="vfio-pci"', re.M)
+                         r'ATTR\{driver_override\}="(?:vfio-pci|[A-Za-z0-9_-]+[-_]vfio[-_]pci)"', re.M)
+VARIANT_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 HEADER = "# Managed by gpuops.nvidia.vfio_pci -- do not edit.\n"
 #: native drivers that must never win the race against vfio-pci on boot
 SOFTDEP_DRIVERS = ("nvidia", "nouveau", "nvidiafb", "snd_hda_intel", "xhci_pci", "i2c_nvidia_gpu")
+
+
+def is_vfio_driver(name):
+    """vfio-pci or one of its variant drivers (nvgrace_gpu_vfio_pci, mlx5_vfio_pci, ...)."""
+    return bool(name) and (name == VFIO_DRIVER or re.search(r"[-_]vfio[-_]pci$", name) is not None)
+
+
+def kernel_release(root):
+    try:
+        with open(sysfs_path(root, "proc/sys/kernel/osrelease")) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def vfio_variant(root, modalias, release):
+    """The kernel module of the vfio-pci variant driver for a device, or None.
+
+    ``modules.alias`` lines ``alias vfio_pci:v000010DEd00002342sv*sd*bc*sc*i* nvgrace_gpu_vfio_pci`` are
+    matched against the device's ``modalias`` (``pci:v000010DEd00002342sv...``); the match with the fewest
+    wildcards wins (the most specific alias), ties go to the first listed.
+    """
+    if not modalias or not release:
+        return None
+    try:
+        with open(sysfs_path(root, "lib/modules", release, "modules.alias")) as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    best = None
+    for line in lines:
+        parts = line.split()
+        if len(parts) != 3 or parts[0] != "alias" or not parts[1].startswith("vfio_pci:"):
+            continue
+        if not VARIANT_RE.match(parts[2]) or parts[2] in ("vfio_pci", "vfio-pci"):
+            continue
+        pattern = "pci:" + parts[1][len("vfio_pci:"):]
+        if fnmatch.fnmatchcase(modalias, pattern):
+            score = pattern.count("*") + pattern.count("?")
+            if best is None or score < best[0]:
+                best = (score, parts[2])
+    return best[1] if best else None
+
+
+def _read_modalias(root, bdf):
+    try:
+        with open(sysfs_path(root, "sys/bus/pci/devices", bdf, "modalias")) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def variant_driver_name(root, module):
+    """The name a variant module's driver has under /sys/bus/pci/drivers (the module name, or with '-')."""
+    for name in (module, module.replace("_", "-")):
+        if os.path.isdir(sysfs_path(root, "sys/bus/pci/drivers", name)):
+            return name
+    return module  # KBUILD_MODNAME: what the driver registers as once the module is loaded
+
+
+def target_driver(root, bdf, release):
+    """(driver, module) a function is bound to: a variant when the kernel has one for it, else vfio-pci."""
+    module = vfio_variant(root, _read_modalias(root, bdf), release)
+    if module:
+        return variant_driver_name(root, module), module
+    return VFIO_DRIVER, VFIO_DRIVER
 
 
 class VfioError(Exception):
@@ -247,23 +320,27 @@ def dump_state(state):
     return json.dumps(state, indent=2, sort_keys=True) + "\n"
 
 
-def render_udev_rules(persistent_bdfs):
+def render_udev_rules(persistent_bdfs, targets=None):
+    """``targets``: {bdf: (driver, module)} for functions bound to a vfio-pci variant driver."""
     if not persistent_bdfs:
         return None
+    targets = targets or {}
     lines = [HEADER.rstrip("\n"),
              "# Per-function vfio-pci claim at boot: set driver_override before 80-drivers.rules",
              "# loads a native driver, load vfio-pci, and (re)probe the function."]
     for bdf in sorted(persistent_bdfs):
+        driver, module = targets.get(bdf, (VFIO_DRIVER, VFIO_DRIVER))
         lines.append('ACTION=="add", SUBSYSTEM=="pci", KERNEL=="%s", ATTR{driver_override}="%s", '
-                     'RUN{builtin}+="kmod load vfio-pci", '
-                     'RUN+="/bin/sh -c \'echo %%k > /sys/bus/pci/drivers_probe\'"' % (bdf, VFIO_DRIVER))
+                     'RUN{builtin}+="kmod load %s", '
+                     'RUN+="/bin/sh -c \'echo %%k > /sys/bus/pci/drivers_probe\'"' % (bdf, driver, module))
     return "\n".join(lines) + "\n"
 
 
-def render_modules_load(persistent_bdfs):
+def render_modules_load(persistent_bdfs, targets=None):
     if not persistent_bdfs:
         return None
-    return HEADER + "vfio\nvfio_iommu_type1\nvfio_pci\n"
+    variants = sorted({m for b, (_d, m) in (targets or {}).items() if b in persistent_bdfs and m != VFIO_DRIVER})
+    return HEADER + "vfio\nvfio_iommu_type1\nvfio_pci\n" + "".join("%s\n" % m for m in variants)
 
 
 def render_modprobe(persistent_bdfs):
@@ -288,6 +365,7 @@ def plan(root, devices, state, include_group_members=False, persistent=True, cur
     """
     by_bdf = {d["bdf"]: d for d in read_pci_devices(root)}
     groups = read_iommu_groups(root)
+    release = kernel_release(root)
     requested = resolve_requested(devices, by_bdf)
     old = load_state(current_state_text, state_path, current_udev_text)
     new = {"devices": dict(old["devices"])}
@@ -304,11 +382,17 @@ def plan(root, devices, state, include_group_members=False, persistent=True, cur
         for bdf in selected:
             dev = by_bdf[bdf]
             prev = old["devices"].get(bdf, {})
-            original = prev.get("original_driver") if prev else (None if dev.get("driver") == VFIO_DRIVER else dev.get("driver"))
+            original = prev.get("original_driver") if prev else (None if is_vfio_driver(dev.get("driver")) else dev.get("driver"))
             new["devices"][bdf] = {"original_driver": original, "persistent": bool(persistent),
                                    "iommu_group": dev.get("iommu_group"), "pci_id": dev.get("pci_id")}
-            if dev.get("driver") != VFIO_DRIVER or dev.get("driver_override") != VFIO_DRIVER:
-                actions.append({"bdf": bdf, "group": dev.get("iommu_group"), "from": dev.get("driver"), "to": VFIO_DRIVER})
+            driver, module = target_driver(root, bdf, release)
+            if module != VFIO_DRIVER:
+                new["devices"][bdf].update({"vfio_driver": driver, "vfio_module": module})
+            if dev.get("driver") != driver or dev.get("driver_override") != driver:
+                action = {"bdf": bdf, "group": dev.get("iommu_group"), "from": dev.get("driver"), "to": driver}
+                if module != VFIO_DRIVER:
+                    action["module"] = module
+                actions.append(action)
     else:
         # absent: no IOMMU needed; move back every function of the groups we hold (or the requested ones).
         selected, by_group = [], {}
@@ -316,21 +400,23 @@ def plan(root, devices, state, include_group_members=False, persistent=True, cur
             group = by_bdf[bdf].get("iommu_group")
             members = [m for m in groups.get(group, []) if m in by_bdf and not is_bridge(by_bdf[m].get("class_id"))] if group else []
             for m in members or [bdf]:
-                if m not in selected and (m == bdf or m in old["devices"] or by_bdf[m].get("driver") == VFIO_DRIVER):
+                if m not in selected and (m == bdf or m in old["devices"] or is_vfio_driver(by_bdf[m].get("driver"))):
                     selected.append(m)
                     by_group.setdefault(group, []).append(m)
         selected.sort()
         for bdf in selected:
             dev = by_bdf[bdf]
             prev = new["devices"].pop(bdf, None) or {}
-            if dev.get("driver") == VFIO_DRIVER or dev.get("driver_override") == VFIO_DRIVER:
+            if is_vfio_driver(dev.get("driver")) or is_vfio_driver(dev.get("driver_override")):
                 actions.append({"bdf": bdf, "group": dev.get("iommu_group"), "from": dev.get("driver"),
                                 "to": prev.get("original_driver")})
     persistent_bdfs = [b for b, d in new["devices"].items() if d.get("persistent")]
+    targets = {b: (d["vfio_driver"], d["vfio_module"]) for b, d in new["devices"].items()
+               if d.get("vfio_driver") and d.get("vfio_module")}
     files = {
         STATE_FILE: dump_state(new) if new["devices"] else None,
-        UDEV_RULES: render_udev_rules(persistent_bdfs),
-        MODULES_LOAD: render_modules_load(persistent_bdfs),
+        UDEV_RULES: render_udev_rules(persistent_bdfs, targets),
+        MODULES_LOAD: render_modules_load(persistent_bdfs, targets),
         MODPROBE_CONF: render_modprobe(persistent_bdfs),
     }
     return {"selected": selected, "groups": by_group, "actions": actions, "state": new, "files": files, "deferred": False}
@@ -359,18 +445,18 @@ def _override_of(root, bdf):
     return None if value in ("", "(null)") else value
 
 
-def bind_vfio(root, bdf, ensure_module):
-    """driver_override=vfio-pci, unbind the current driver, probe; verify."""
+def bind_vfio(root, bdf, ensure_module, driver=VFIO_DRIVER, module=VFIO_DRIVER):
+    """driver_override=<driver> (vfio-pci or its variant), unbind the current driver, probe; verify."""
     dev = sysfs_path(root, "sys/bus/pci/devices", bdf)
-    if not os.path.isdir(sysfs_path(root, "sys/bus/pci/drivers", VFIO_DRIVER)):
-        ensure_module("vfio-pci")
-    _write(os.path.join(dev, "driver_override"), VFIO_DRIVER)
+    if not os.path.isdir(sysfs_path(root, "sys/bus/pci/drivers", driver)):
+        ensure_module(module)
+    _write(os.path.join(dev, "driver_override"), driver)
     current = _driver_of(root, bdf)
-    if current and current != VFIO_DRIVER:
+    if current and current != driver:
         _write(os.path.join(dev, "driver", "unbind"), bdf)
-    if _driver_of(root, bdf) != VFIO_DRIVER:
+    if _driver_of(root, bdf) != driver:
         _write(sysfs_path(root, "sys/bus/pci/drivers_probe"), bdf)
-    return _wait_driver(root, bdf, VFIO_DRIVER)
+    return _wait_driver(root, bdf, driver)
 
 
 def restore_driver(root, bdf, driver, override):
@@ -414,9 +500,9 @@ def apply_actions(root, actions, ensure_module):
     for a in actions:
         before = (a["bdf"], _driver_of(root, a["bdf"]), _override_of(root, a["bdf"]))
         try:
-            if a["to"] == VFIO_DRIVER:
+            if is_vfio_driver(a["to"]):
                 done.append(before)
-                bind_vfio(root, a["bdf"], ensure_module)
+                bind_vfio(root, a["bdf"], ensure_module, a["to"], a.get("module", VFIO_DRIVER))
             else:
                 unbind_vfio(root, a["bdf"], a["to"])
         except (VfioError, OSError) as exc:
@@ -424,7 +510,7 @@ def apply_actions(root, actions, ensure_module):
             if isinstance(exc, OSError) and exc.filename:
                 error = "%s: %s" % (error, exc.filename)
             restored = {}
-            if a["to"] == VFIO_DRIVER:
+            if is_vfio_driver(a["to"]):
                 for bdf, driver, override in reversed(done):
                     restored[bdf] = (restore_driver(root, bdf, driver, override), driver)
             else:
@@ -436,7 +522,7 @@ def unbind_vfio(root, bdf, original_driver):
     """Clear driver_override, leave vfio-pci, give the function back to its old driver (or the default)."""
     dev = sysfs_path(root, "sys/bus/pci/devices", bdf)
     _write(os.path.join(dev, "driver_override"), "\n")
-    if _driver_of(root, bdf) == VFIO_DRIVER:
+    if is_vfio_driver(_driver_of(root, bdf)):
         _write(os.path.join(dev, "driver", "unbind"), bdf)
     if original_driver and os.path.isdir(sysfs_path(root, "sys/bus/pci/drivers", original_driver)):
         try:

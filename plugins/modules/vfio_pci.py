@@ -17,6 +17,11 @@ description:
     not requested and is not an NVIDIA function (a GPU's HDMI audio or USB-C functions are) makes the module
     fail unless O(include_group_members=true).
   - Binding uses C(driver_override), unbind and C(drivers_probe) in sysfs; nothing is reloaded.
+  - When the running kernel ships a vfio-pci variant driver for a function (an C(alias vfio_pci:...) line in
+    C(/lib/modules/<release>/modules.alias) matching the function's C(modalias), for example
+    C(nvgrace_gpu_vfio_pci) for Grace Hopper and Grace Blackwell superchip GPUs), the function is bound to that
+    driver instead, as the GPU Operator's VFIO manager does (the most specific alias wins); persistence loads
+    that module and sets its name as C(driver_override).
   - With O(persistent=true) the binding survives reboot per PCI address (a udev rule that sets
     C(driver_override) before any native driver loads), so only some of several identical GPUs can be passed
     through, which C(vfio-pci.ids) cannot do. vfio modules are loaded at boot, C(vfio-pci) is ordered before
@@ -118,11 +123,13 @@ EXAMPLES = r"""
 
 RETURN = r"""
 devices:
-  description: Every function the request covers after group expansion, with its driver after the run.
+  description:
+    - Every function the request covers after group expansion, with its driver after the run.
+    - C(vfio) is true when that driver is C(vfio-pci) or one of its variant drivers.
   returned: always
   type: list
   elements: dict
-  sample: [{"bdf": "0000:41:00.0", "iommu_group": "17", "driver": "vfio-pci", "pci_id": "10de:2335"}]
+  sample: [{"bdf": "0000:41:00.0", "iommu_group": "17", "driver": "vfio-pci", "pci_id": "10de:2335", "vfio": true}]
 groups:
   description: IOMMU groups touched, with their functions.
   returned: always
@@ -184,11 +191,11 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._vfio import (
     MODPROBE_CONF,
     STATE_FILE,
     UDEV_RULES,
-    VFIO_DRIVER,
     BindError,
     VfioError,
     apply_actions,
     iommu_active,
+    is_vfio_driver,
     plan,
     vfio_dev_nodes,
 )
@@ -334,7 +341,7 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
     # a run stopped after the bind still finds the original driver in it, so state=absent can give it back
     early = pl["files"].get(STATE_FILE)
     if (not module.check_mode and p["state"] == "present" and early is not None and early != state_text
-            and any(a["to"] == VFIO_DRIVER for a in pl["actions"])):
+            and any(is_vfio_driver(a["to"]) for a in pl["actions"])):
         try:
             r = ensure_file(module, state_path, early, mode=0o644)
         except OSError as exc:
@@ -404,7 +411,8 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
 
     after = {d["bdf"]: d for d in read_pci_devices(root)}
     devices = [{"bdf": b, "iommu_group": after[b]["iommu_group"], "driver": after[b]["driver"],
-                "driver_override": after[b]["driver_override"], "pci_id": after[b]["pci_id"]}
+                "driver_override": after[b]["driver_override"], "pci_id": after[b]["pci_id"],
+                "vfio": is_vfio_driver(after[b]["driver"])}
                for b in pl["selected"] if b in after]
     changed = bool(pl["actions"]) or any(files.values()) or initramfs or (
         module.check_mode and pending and p["update_initramfs"] and _on_host(root))

@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "vfio"))
 
-from sysfs import LANE, NVIDIA, make_tree  # noqa: E402
+from sysfs import GRACE, GRACE_ALIASES, LANE, NVIDIA, make_tree, write_kernel  # noqa: E402
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _vfio as v  # noqa: E402
 
@@ -210,3 +210,62 @@ def test_missing_state_is_an_empty_state(nv):
 def test_rules_parse_back(nv):
     assert v.persisted_bdfs(v.render_udev_rules(["0000:42:00.0", "0000:41:00.0"])) == ["0000:41:00.0", "0000:42:00.0"]
     assert v.persisted_bdfs(None) == [] and v.persisted_bdfs("garbage\n") == []
+
+
+# --- vfio-pci variant drivers (Grace Hopper / Grace Blackwell: nvgrace_gpu_vfio_pci) ------------
+
+
+def _grace(tmp_path, aliases=GRACE_ALIASES, release="6.8.0-1015-nvidia-64k"):
+    root = make_tree(str(tmp_path), GRACE)
+    return write_kernel(root, release, aliases)
+
+
+def test_grace_hopper_gets_the_variant_driver_the_kernel_ships(tmp_path):
+    root = _grace(tmp_path)
+    pl = v.plan(root, ["0009:01:00.0", "0000:41:00.0"], "present")
+    to = {a["bdf"]: (a["to"], a.get("module")) for a in pl["actions"]}
+    assert to == {"0009:01:00.0": ("nvgrace_gpu_vfio_pci", "nvgrace_gpu_vfio_pci"), "0000:41:00.0": ("vfio-pci", None)}
+    rules = pl["files"][v.UDEV_RULES]
+    assert 'KERNEL=="0009:01:00.0", ATTR{driver_override}="nvgrace_gpu_vfio_pci", RUN{builtin}+="kmod load nvgrace_gpu_vfio_pci"' in rules
+    assert 'KERNEL=="0000:41:00.0", ATTR{driver_override}="vfio-pci", RUN{builtin}+="kmod load vfio-pci"' in rules
+    assert pl["files"][v.MODULES_LOAD].endswith("vfio_pci\nnvgrace_gpu_vfio_pci\n")
+    assert pl["state"]["devices"]["0009:01:00.0"]["vfio_module"] == "nvgrace_gpu_vfio_pci"
+    # the udev rule's functions are recognised as ours on the next run
+    assert v.persisted_bdfs(rules) == ["0000:41:00.0", "0009:01:00.0"]
+
+
+def test_the_driver_directory_name_is_used_once_the_module_is_loaded(tmp_path):
+    root = _grace(tmp_path)
+    os.makedirs(os.path.join(root, "sys/bus/pci/drivers/nvgrace-gpu-vfio-pci"))
+    pl = v.plan(root, ["0009:01:00.0"], "present")
+    assert [(a["to"], a["module"]) for a in pl["actions"]] == [("nvgrace-gpu-vfio-pci", "nvgrace_gpu_vfio_pci")]
+
+
+def test_most_specific_alias_wins_and_old_kernels_fall_back_to_vfio_pci(tmp_path):
+    specific = ["vfio_pci:v000010DEd*sv*sd*bc03sc*i* some_generic_vfio_pci",
+                "vfio_pci:v000010DEd00002342sv000010DEsd000016EBbc*sc*i* nvgrace_gpu_vfio_pci"]
+    root = _grace(tmp_path, specific)
+    modalias = open(os.path.join(root, "sys/bus/pci/devices/0009:01:00.0/modalias")).read().strip()
+    assert v.vfio_variant(root, modalias, "6.8.0-1015-nvidia-64k") == "nvgrace_gpu_vfio_pci"
+    # a kernel without the variant (no alias line, or no modules.alias at all): vfio-pci
+    assert v.vfio_variant(root, modalias, "5.15.0-1") is None
+    root2 = make_tree(str(tmp_path / "old"), GRACE)
+    assert [a["to"] for a in v.plan(root2, ["0009:01:00.0"], "present")["actions"]] == ["vfio-pci"]
+
+
+def test_a_function_on_the_variant_driver_is_given_back_on_absent(tmp_path):
+    devs = [dict(GRACE[0], driver="nvgrace_gpu_vfio_pci", override="nvgrace_gpu_vfio_pci")]
+    root = write_kernel(make_tree(str(tmp_path), devs), "6.8.0-1015-nvidia-64k", GRACE_ALIASES)
+    state = json.dumps({"devices": {"0009:01:00.0": {"original_driver": "nvidia", "persistent": True,
+                                                     "vfio_driver": "nvgrace_gpu_vfio_pci",
+                                                     "vfio_module": "nvgrace_gpu_vfio_pci"}}})
+    pl = v.plan(root, ["0009:01:00.0"], "absent", current_state_text=state)
+    assert [(a["from"], a["to"]) for a in pl["actions"]] == [("nvgrace_gpu_vfio_pci", "nvidia")]
+    assert pl["files"][v.UDEV_RULES] is None
+
+
+@pytest.mark.parametrize("name, ok", [("vfio-pci", True), ("nvgrace_gpu_vfio_pci", True), ("nvgrace-gpu-vfio-pci", True),
+                                      ("mlx5_vfio_pci", True), ("nvidia", False), ("vfio", False), (None, False),
+                                      ("pci-stub", False)])
+def test_is_vfio_driver(name, ok):
+    assert v.is_vfio_driver(name) is ok
