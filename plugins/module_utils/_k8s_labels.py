@@ -143,7 +143,9 @@ def node_plan(nodes, current=None, options=None):
     ``device_plugin_config``, ``mig_config``, ``extra_labels``.
     ``current``: ``{name: {"labels": {...}, "taints": [...]}}`` as the cluster has them.
     ``options``: ``default_workload`` (container), ``sandbox_mode`` (kubevirt),
-    ``taint_gpu_nodes`` (True), ``taint`` (DEFAULT_TAINT), ``mig_strategy`` (single),
+    ``taint_gpu_nodes`` (True), ``taint`` (DEFAULT_TAINT), ``taint_vm_nodes`` (False: vm-passthrough and
+    vm-vgpu nodes are not tainted, so KubeVirt's virt-launcher pods, which tolerate nothing of ours unless the
+    VM says so, can run there; a taint of ours already on such a node is removed), ``mig_strategy`` (single),
     ``device_plugin_configs`` (name -> config, to label sharing), ``state`` (present|absent).
 
     Returns ``{"nodes": [{name, labels, taints, workload, components}], "errors": []}``;
@@ -175,6 +177,7 @@ def node_plan(nodes, current=None, options=None):
     sandbox_mode = opts.get("sandbox_mode") or "kubevirt"
     taint = dict(opts.get("taint") or DEFAULT_TAINT)
     taint_on = opts.get("taint_gpu_nodes", True)
+    taint_vm = opts.get("taint_vm_nodes", False)
     strategy = opts.get("mig_strategy", "single")
     dp_configs = opts.get("device_plugin_configs") or {}
     errors = []
@@ -259,7 +262,7 @@ def node_plan(nodes, current=None, options=None):
             elif node.get("device_plugin_config") or node.get("mig_config"):
                 errors.append(f"{name}: device plugin / MIG configs apply to container nodes, not {workload}")
                 continue
-        ours = [taint] if (state == "present" and gpu and taint_on) else []
+        ours = [taint] if (state == "present" and gpu and taint_on and (workload == "container" or taint_vm)) else []
         taints = _merge_taints(have.get("taints"), ours, {taint["key"]})
         plan.append({"name": name, "labels": labels, "taints": taints, "workload": workload,
                      "gpu": gpu, "components": comps})

@@ -173,3 +173,17 @@ def test_only_nodes_that_would_change_are_applied():
         assert [o["metadata"]["name"] for o in kl.node_objects(plan, current={"n1": have})] == ["n1"], change
     # without current state every node is applied (as before)
     assert len(kl.node_objects(plan)) == 1
+
+
+def test_vm_workload_nodes_are_not_tainted_so_virt_launcher_pods_run_there():
+    """KubeVirt's virt-launcher pods tolerate nothing of ours: VM nodes stay untainted (issue 14), a taint of
+    ours left from a container past is removed, others' taints stay; taint_vm_nodes=True taints them."""
+    nodes = [{"name": "pt", "gpu": L40S, "workload": "vm-passthrough"},
+             {"name": "vg", "gpu": L40S, "workload": "vm-vgpu", "labels": {}},
+             {"name": "c", "gpu": L40S, "workload": "container"}]
+    current = {"pt": {"labels": {}, "taints": [kl.DEFAULT_TAINT, {"key": "dedicated", "value": "vms", "effect": "NoSchedule"}]}}
+    p = {n["name"]: n for n in kl.node_plan(nodes, current)["nodes"]}
+    assert p["pt"]["taints"] == [{"key": "dedicated", "value": "vms", "effect": "NoSchedule"}]
+    assert p["vg"]["taints"] == [] and p["c"]["taints"] == [kl.DEFAULT_TAINT]
+    tainted = {n["name"]: n for n in kl.node_plan(nodes, current, {"taint_vm_nodes": True})["nodes"]}
+    assert all(kl.DEFAULT_TAINT in n["taints"] for n in tainted.values())
