@@ -49,7 +49,7 @@ COMPONENT_ROLES = {
 }
 # playbooks/cluster.yml's default order
 CLUSTER_COMPONENTS = ["runtime_class", "nfd", "gfd", "device_plugin", "dcgm_exporter", "mig_manager", "validator",
-                      "vgpu_device_manager", "sandbox_device_plugin", "policies"]
+                      "vgpu_device_manager", "sandbox_device_plugin", "kubevirt_config", "policies"]
 ENABLED_BY_DEFAULT = {"driver", "toolkit", "devicePlugin", "dcgmExporter", "gfd", "migManager", "dcgm", "cdi"}
 SANDBOX_COMPONENTS = ("vfioManager", "vgpuManager", "vgpuDeviceManager", "sandboxDevicePlugin",
                       "kataManager", "kataSandboxDevicePlugin")
@@ -810,7 +810,8 @@ def _sandbox(m, disabled):
                 m.notes.append("%s.*: not deployed by the operator while sandboxWorkloads.enabled is false" % key)
             m.consume_tree(key)
             m.inert.add(key)
-        disabled.update({"vgpu_device_manager": "sandboxWorkloads.enabled", "sandbox_device_plugin": "sandboxWorkloads.enabled"})
+        disabled.update({"vgpu_device_manager": "sandboxWorkloads.enabled", "sandbox_device_plugin": "sandboxWorkloads.enabled",
+                         "kubevirt_config": "sandboxWorkloads.enabled"})
         return
     # vfio-manager: the host-side vfio role (playbooks/vfio.yml on the vm_passthrough group) does its work
     if not m.enabled("vfioManager"):

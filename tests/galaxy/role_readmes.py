@@ -36,7 +36,7 @@ END = "<!-- END generated -->"
 
 # Roles that talk to the Kubernetes API (kubernetes.core) from the controller.
 CLUSTER_ROLES = {
-    "dcgm_exporter", "device_plugin", "gfd", "gpu_operator", "mig_manager", "nfd", "node_labels",
+    "dcgm_exporter", "device_plugin", "gfd", "gpu_operator", "kubevirt_config", "mig_manager", "nfd", "node_labels",
     "policies", "runtime_class", "sandbox_device_plugin", "validator", "vgpu_device_manager",
 }
 
@@ -202,6 +202,27 @@ EXAMPLES = {
         node_labels_mig_strategy: single
 """,
     "validator": None,  # cluster play plus the node entry point, below
+    "kubevirt_config": """\
+# The GPU facts of the cluster's vm-passthrough / vm-vgpu nodes name the devices (gpuops.nvidia.discovery,
+# or the first play of playbooks/cluster.yml); the KubeVirt CR must exist (KubeVirt installed).
+- name: GPU facts of the cluster's nodes
+  hosts: k8s_nodes
+  gather_facts: false
+  roles:
+    - role: gpuops.nvidia.discovery
+
+- name: KubeVirt may hand the GPUs to VMs
+  hosts: localhost
+  gather_facts: false
+  module_defaults:
+    group/kubernetes.core.k8s:
+      kubeconfig: "{{ gpuops_kubeconfig | default(omit) }}"
+  roles:
+    - role: gpuops.nvidia.kubevirt_config
+      vars:
+        kubevirt_config_group: k8s_nodes
+        kubevirt_config_namespace: kubevirt
+""",
 }
 
 CLUSTER_VARS = {

@@ -131,7 +131,7 @@ EXPECTED = {
     "sandbox-vfio-vgpu.yaml": {
         "vars": {
             "gpuops_cluster_components": ["runtime_class", "nfd", "gfd", "device_plugin", "dcgm_exporter", "validator",
-                                          "vgpu_device_manager", "sandbox_device_plugin", "policies"],
+                                          "vgpu_device_manager", "sandbox_device_plugin", "kubevirt_config", "policies"],
             "gpuops_default_workload": "vm-passthrough",
             "gpuops_mig_strategy": "single",
             "gpuops_runtime_class": "nvidia",
