@@ -561,3 +561,47 @@ def update_cache(cache, gps):
         if gp["interface"] == VENDOR_VFIO:
             new.setdefault(gp["gpu"]["bdf"], {}).update(gp["registry"])
     return new, new != cache
+
+
+# --- boot-time re-apply ----------------------------------------------------------------------------------------------
+# vGPUs do not survive a reboot.  The vgpu_host role copies this file and the module_utils it imports under
+# /usr/local/lib/gpuops/python and runs, from gpuops-vgpu-devices.service (after the VFs are back):
+#   python3 /usr/local/lib/gpuops/vgpu_apply.py --config /etc/gpuops/vgpu/config.json --name NAME
+
+def main(argv=None, root="/"):
+    import argparse  # pylint: disable=import-outside-toplevel
+
+    parser = argparse.ArgumentParser(description="Create a vGPU host's vGPUs from a vGPU device manager config "
+                                                 "(gpuops.nvidia).")
+    parser.add_argument("--config", required=True, help="the config file, JSON (vgpu-device-manager's v1 format)")
+    parser.add_argument("--name", required=True, help="the config to apply (a key of vgpu-configs)")
+    parser.add_argument("--cache", default=NAME_CACHE, help="the type-ID cache the module keeps")
+    parser.add_argument("--check", action="store_true", help="plan only, change nothing")
+    parser.add_argument("--root", default=root, help=argparse.SUPPRESS)   # tests: a sysfs tree
+    args = parser.parse_args(argv)
+    root = args.root
+    result = {"changed": False, "gpus": []}
+    try:
+        with open(args.config, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        pl = plan(root, doc, args.name, "present", load_cache(_read(args.cache)))
+        for gp in pl["gpus"]:
+            entry = {"gpu": label(gp["gpu"]), "before": gp["before"], "wanted": gp["wanted"]}
+            if changes(gp) and not args.check:
+                entry["actions"] = apply_vfio(root, gp) if gp["interface"] == VENDOR_VFIO else apply_mdev(root, gp)
+                result["changed"] = True
+            entry["after"] = after(root, gp)
+            result["gpus"].append(entry)
+        result["notes"] = pl["notes"]
+    except (VgpuError, VgpuApplyError, OSError, ValueError) as exc:   # one line for the journal
+        result.update(failed=True, msg=str(exc))
+        print(json.dumps(result, sort_keys=True))
+        return 1
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    import sys  # pylint: disable=import-outside-toplevel
+
+    sys.exit(main())

@@ -176,6 +176,26 @@ EXAMPLES = {
         vfio_devices: [all_nvidia]
     - role: gpuops.nvidia.reboot
 """,
+    "vgpu_host": """\
+- name: NVIDIA vGPU hosts -- driver from your package, IOMMU, SR-IOV VFs, vGPUs, then the coalesced reboot
+  hosts: vm_vgpu
+  become: true
+  vars:
+    gpu_workload: vm-vgpu
+    gpu_reboot_allowed: true
+  roles:
+    - role: gpuops.nvidia.vgpu_host
+      vars:
+        # licensed: the package you obtained from the NVIDIA Licensing Portal, on the controller
+        vgpu_host_driver_package: files/nvidia-vgpu-ubuntu-550_550.144.02_amd64.deb
+        vgpu_host_config:
+          version: v1
+          vgpu-configs:
+            default:
+              - devices: all
+                vgpu-devices: {L40S-4Q: 12}
+    - role: gpuops.nvidia.reboot
+""",
     "node_labels": """\
 - name: GPU facts of the cluster's nodes
   hosts: k8s_nodes

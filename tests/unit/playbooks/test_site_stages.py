@@ -22,7 +22,7 @@ BOOKS = os.path.join(COLLECTIONS, "ansible_collections", "gpuops", "nvidia", "pl
 EXAMPLE = os.path.join(REPO, "inventories", "example", "hosts.yml")
 LAB = os.path.join(REPO, "inventories", "lab", "hosts.yml")
 PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-STAGES = ["discovery", "driver", "mig", "container_toolkit", "vfio", "cluster", "report"]
+STAGES = ["discovery", "driver", "mig", "container_toolkit", "vfio", "vgpu", "cluster", "report"]
 FIRST_STAGE_PLAY = "PLAY [Discover GPUs"
 
 
@@ -98,6 +98,7 @@ def test_readiness_report_lists_the_stages_each_host_ran(full_run):
     assert rows["gpu-p01.example.net"]["stages_run"] == ["discovery", "vfio", "report"]  # a KVM host outside k8s
     assert rows["gpu-p02.example.net"]["stages_run"] == ["discovery", "vfio", "cluster", "report"]
     assert rows["cpu-01.example.net"]["stages_run"] == ["discovery", "cluster", "report"]
+    assert rows["gpu-g01.example.net"]["stages_run"] == ["discovery", "vgpu", "cluster", "report"]
     assert "| vfio | `vm_passthrough` | gpu-p01.example.net, gpu-p02.example.net |" in (tmp / "report" / "readiness.md").read_text()
 
 
