@@ -15,8 +15,9 @@ COLL_DIR    := $(COLLECTIONS)/ansible_collections/gpuops/nvidia
 VERSION     := $(shell sed -n 's/^version: *//p' galaxy.yml)
 TARBALL     := build/gpuops-nvidia-$(VERSION).tar.gz
 SHARED      ?= $(ROOT)/../shared
-# ansible-test needs the collection outside any git checkout (it lists files through git)
-AT_COLLECTIONS := $(GPUOPS_CACHE)/ansible-test
+# ansible-test needs the collection outside any git checkout (it lists files through git);
+# AT_COLLECTIONS=<dir> gives a run a private copy
+AT_COLLECTIONS ?= $(GPUOPS_CACHE)/ansible-test
 AT_DIR      := $(AT_COLLECTIONS)/ansible_collections/gpuops/nvidia
 
 export PATH := $(BIN):$(PATH)
@@ -26,7 +27,7 @@ export GPUOPS_CACHE
 export GPUOPS_SHARED := $(SHARED)
 export PYTHONDONTWRITEBYTECODE := 1
 
-COLLECTION_SRC := $(shell find galaxy.yml README.md meta plugins roles playbooks docs changelogs tests/unit tests/integration tests/sanity -type f -not -path '*/__pycache__/*' 2>/dev/null)
+COLLECTION_SRC := $(shell find galaxy.yml README.md meta plugins roles playbooks docs changelogs tests/unit tests/fixtures tests/integration tests/sanity -type f -not -path '*/__pycache__/*' 2>/dev/null)
 
 .PHONY: help venv build install test test-unit test-sanity test-integration lab bench clean distclean
 
@@ -60,8 +61,8 @@ test: ## everything CI runs
 	$(MAKE) test-integration
 	$(if $(strip $(EXTRA_TEST_TARGETS)),$(MAKE) $(EXTRA_TEST_TARGETS))
 
-test-unit: install ## unit tests over captured and synthetic node data
-	$(BIN)/pytest -q tests/unit
+test-unit: install ## unit tests over captured and synthetic node data (the installed tarball)
+	GPUOPS_COLLECTIONS=$(COLLECTIONS) $(BIN)/pytest -q tests/unit
 
 ANSIBLE_TEST_PIP := $(HOME)/.ansible/test/cache/get_pip_24_2.py
 
@@ -77,7 +78,7 @@ test-integration: install ## ansible-test integration targets that run on this m
 
 LAB_INV := -i inventories/example/hosts.yml -i inventories/lab/hosts.yml
 lab: install ## the main job: site.yml on the example inventory, in the lab (node-root stand-ins + a real-kernel VM as gpu-p01 + a real control plane whose KWOK nodes are the example's k8s_nodes)
-	$(BIN)/python tests/lab/noderoots/build.py --out $(ROOT)/.lab/roots
+	$(BIN)/python tests/fixtures/noderoots/build.py --out $(ROOT)/.lab/roots
 ifeq ($(LAB_MINIMAL),1)
 	$(BIN)/ansible-playbook $(LAB_INV) -e gpuops_k8s_api=false playbooks/site.yml $(LAB_ARGS)
 else

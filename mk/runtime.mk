@@ -53,7 +53,7 @@ $(CRIO_BIN):
 runtime-deps: runtime-apt runtime-containerd2 runtime-cdivalidate
 
 test-runtime: install runtime-deps ## runtime lane: unit tests + real containerd 1.6/2.x and dockerd
-	$(BIN)/pytest -q tests/unit/plugins/module_utils/test_toml.py tests/unit/plugins/module_utils/test_container_runtime.py \
+	GPUOPS_COLLECTIONS=$(COLLECTIONS) $(BIN)/pytest -q tests/unit/plugins/module_utils/test_toml.py tests/unit/plugins/module_utils/test_container_runtime.py \
 	  tests/unit/plugins/module_utils/test_cdi.py tests/unit/plugins/modules/test_container_runtime_module.py
 	$(BIN)/pytest -q -p no:cacheprovider tests/lab/runtime $(RUNTIME_TEST_ARGS)
 

@@ -12,4 +12,4 @@ toml-test-fetch: ## fetch the toml-test suite (Go module) into the cache and pri
 	TOML_TEST_VERSION=$(TOML_TEST_VERSION) bash tests/toml_test/fetch.sh
 
 test-toml: install ## TOML editor: unit tests + toml-test conformance (counts printed)
-	TOML_TEST_VERSION=$(TOML_TEST_VERSION) $(BIN)/pytest -q -rs -p no:cacheprovider $(TOML_TESTS)
+	GPUOPS_COLLECTIONS=$(COLLECTIONS) TOML_TEST_VERSION=$(TOML_TEST_VERSION) $(BIN)/pytest -q -rs -p no:cacheprovider $(TOML_TESTS)

@@ -36,7 +36,7 @@ def _collections_path():
 
 COLLECTIONS = _collections_path()
 sys.path.insert(0, COLLECTIONS)
-sys.path.insert(0, os.path.join(REPO, "tests", "lab", "noderoots"))
+sys.path.insert(0, os.path.join(REPO, "tests", "fixtures", "noderoots"))
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_facts  # noqa: E402
 

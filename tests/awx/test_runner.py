@@ -45,7 +45,7 @@ def project(tmp_path_factory):
     assert res.returncode == 0, res.stdout + res.stderr
     assert os.path.isfile(coll / "ansible_collections" / "gpuops" / "nvidia" / "roles" / "report" / "tasks" / "main.yml")
     roots = tmp / "roots"
-    subprocess.run([sys.executable, os.path.join(REPO, "tests", "lab", "noderoots", "build.py"), "--out", str(roots)],
+    subprocess.run([sys.executable, os.path.join(REPO, "tests", "fixtures", "noderoots", "build.py"), "--out", str(roots)],
                    check=True, capture_output=True, timeout=300)
     return {"tmp": tmp, "collections": str(coll), "roots": str(roots)}
 

@@ -84,7 +84,7 @@ def test_installed_version(installed, tarball):
 
 def test_play_from_installed_collection(installed, workdir):
     """The collection's discovery playbook and its filters, from the installed copy only."""
-    sys.path.insert(0, os.path.join(REPO, "tests", "lab", "noderoots"))
+    sys.path.insert(0, os.path.join(REPO, "tests", "fixtures", "noderoots"))
     import noderoots
 
     roots = os.path.join(workdir, "roots")

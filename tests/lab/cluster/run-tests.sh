@@ -13,7 +13,7 @@ export PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 export PATH=$CACHE/cluster/bin:$ROOT/.venv/bin:$PATH
 
 # node roots paired with simulated nodes (facts via gpu_facts root=...)
-[[ -d $ROOT/.lab/roots/h200 ]] || "$PYTHON" "$ROOT/tests/lab/noderoots/build.py" --out "$ROOT/.lab/roots" >/dev/null
+[[ -d $ROOT/.lab/roots/h200 ]] || "$PYTHON" "$ROOT/tests/fixtures/noderoots/build.py" --out "$ROOT/.lab/roots" >/dev/null
 "$HERE/down.sh" --purge >/dev/null 2>&1 || true
 "$HERE/up.sh" "${NODES_TEST:-$HERE/nodes/default.yml}"
 rc=0

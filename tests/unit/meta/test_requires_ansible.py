@@ -17,7 +17,11 @@ import re
 import pytest
 import yaml
 
+from conftest import needs
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+# the pin and the sanity ignore files are the repository's, not in the Galaxy tarball
+pytestmark = needs("requirements-dev.txt")
 
 
 def _read(*parts):

@@ -14,11 +14,13 @@ import sys
 import pytest
 import yaml
 
+from conftest import ansible_command
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 COLLECTIONS = os.environ.get("GPUOPS_COLLECTIONS", os.path.join(REPO, ".collections"))
 BOOK = os.path.join(COLLECTIONS, "ansible_collections", "gpuops", "nvidia", "playbooks", "import_clusterpolicy.yml")
 FIXTURE = os.path.join(REPO, "tests", "unit", "fixtures", "clusterpolicy", "mig-mixed-custom-registry.yaml-stream")
-PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+PLAYBOOK = ansible_command("ansible-playbook")
 
 
 def run(tmp_path, *args):

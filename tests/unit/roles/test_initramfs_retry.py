@@ -17,10 +17,12 @@ import sys
 import pytest
 import yaml
 
+from conftest import ansible_command
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 COLLECTIONS = os.environ.get("GPUOPS_COLLECTIONS", os.path.join(REPO, ".collections"))
 ROLES = os.path.join(COLLECTIONS, "ansible_collections", "gpuops", "nvidia", "roles")
-PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+PLAYBOOK = ansible_command("ansible-playbook")
 
 
 class Rebuild:

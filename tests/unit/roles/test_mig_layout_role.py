@@ -14,9 +14,11 @@ import sys
 
 import pytest
 
+from conftest import ansible_command
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 COLLECTIONS = os.environ.get("GPUOPS_COLLECTIONS", os.path.join(REPO, ".collections"))
-PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+PLAYBOOK = ansible_command("ansible-playbook")
 SIM_PATH = os.path.join(REPO, "tests", "unit", "fixtures", "pynvml_sim")
 sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
 import nvml_sim  # noqa: E402
@@ -41,7 +43,8 @@ def lab(tmp_path):
 
 def env_for(lab):
     return dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-                PYTHONPATH=SIM_PATH, GPUOPS_NVML_SIM_STATE=str(lab["state"]), ANSIBLE_NOCOLOR="1",
+                PYTHONPATH=os.pathsep.join([SIM_PATH] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+                GPUOPS_NVML_SIM_STATE=str(lab["state"]), ANSIBLE_NOCOLOR="1",
                 ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
 
 

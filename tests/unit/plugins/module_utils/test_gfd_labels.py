@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_facts, _labels
-from conftest import REPO
+from conftest import REPO, needs
 
 COMPARE = os.path.join(REPO, "tests", "lab", "gpu", "compare_labels.py")
 
@@ -393,6 +393,7 @@ def gfd_file(labels, timestamp="1764748800"):
     return "\n".join(reversed(lines)) + "\n"  # GFD writes in map order
 
 
+@needs("tests/lab/gpu/compare_labels.py")  # the GPU lane's label comparison script
 class TestCompareLabels:
     def test_equal_with_gpu_facts_result(self, roots, h200_nvml, tmp_path):
         facts, _warnings = gather(roots["h200"], nvml=h200_nvml)

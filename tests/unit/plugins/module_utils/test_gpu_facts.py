@@ -7,7 +7,7 @@ import os
 import pytest
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_facts, _labels, _pci_ids
-from conftest import H200_CAPTURE
+from conftest import H200_CAPTURE, needs
 
 
 def gather(root, subsets=_gpu_facts.SUBSETS, nvml=None):
@@ -250,6 +250,7 @@ def test_standin_has_pynvml_call_shapes():
         assert len(required(getattr(NVMLStandIn, name))) - 1 == len(required(getattr(pynvml, name))), name
 
 
+@needs("tests/lab/h200/results/gpu_facts.json")
 def test_replay_agrees_with_the_real_h200_run(roots, h200_nvml):
     """gpu_facts run on a real H200 (tests/lab/h200/results, another lease of the same
     node type) and the replayed capture + NVML stand-in give the same labels and devices."""

@@ -15,7 +15,7 @@ import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _validate as v
 from ansible_collections.gpuops.nvidia.plugins.modules import gpu_validate
-from conftest import H200_CAPTURE, REPO, run_module
+from conftest import H200_CAPTURE, REPO, needs, run_module
 from fake_libcuda import FakeCuda
 from nvml_standin import NVMLError, NVMLStandIn
 
@@ -23,6 +23,7 @@ RESULTS = os.path.join(REPO, "tests", "lab", "h200", "results")
 CTK_SPEC = os.path.join(RESULTS, "cdi-nvidia-ctk.yaml")      # written by nvidia-ctk on the real H200
 OUR_SPEC = os.path.join(RESULTS, "cdi-gpuops.yaml")          # written by cdi_spec on the same node
 CTK_UUID = "GPU-4829e23d-d471-b36d-954c-d5d0b7e8fc33"        # the GPU in those specs
+real_specs = needs(os.path.relpath(CTK_SPEC, REPO), os.path.relpath(OUR_SPEC, REPO))  # the H200 lane's results
 CONTAINERD_24 = os.path.join(REPO, "tests", "unit", "fixtures", "runtime", "containerd", "v4-default-2.4.toml")
 
 
@@ -155,6 +156,7 @@ def test_cuda_check_in_process():
 
 # -- toolkit: CDI specs (the real captures), binaries, containerd ------------------------------------
 
+@real_specs
 def test_yaml_reader_matches_pyyaml_on_the_real_specs():
     for path in (CTK_SPEC, OUR_SPEC):
         text = open(path).read()
@@ -225,6 +227,7 @@ def yaml_impl(request, monkeypatch):
     return request.param
 
 
+@real_specs
 def test_toolkit_ok_on_the_real_nvidia_ctk_spec(tmp_path, yaml_impl):
     root, opts = host_from_spec(tmp_path)
     r = v.run_check("toolkit", ctx(**opts))
@@ -237,12 +240,14 @@ def test_toolkit_ok_on_the_real_nvidia_ctk_spec(tmp_path, yaml_impl):
     assert r["summary"] == "CDI 3 device(s) in 1 spec(s)"
 
 
+@real_specs
 def test_toolkit_gpu_named_only_by_index_is_covered(tmp_path):
     _root, opts = host_from_spec(tmp_path)
     r = v.run_check("toolkit", ctx(OneGPU(uuid="GPU-0b231366-65a0-0fb7-6602-4823e36b7ca8"), **opts))
     assert r["ok"] is True and r["detail"]["cdi"]["gpus_covered"] == {"GPU-0b231366-65a0-0fb7-6602-4823e36b7ca8": "0"}
 
 
+@real_specs
 def test_toolkit_reports_each_problem(tmp_path):
     root, opts = host_from_spec(tmp_path, skip=("/dev/nvidia-uvm", "/usr/local/nvidia/lib64/libcuda.so.580.159.04"))
     r = v.run_check("toolkit", ctx(OneGPU(count=2), **opts))
@@ -252,6 +257,7 @@ def test_toolkit_reports_each_problem(tmp_path):
     assert "mounts 1 host path(s) that do not exist" in r["error"] and root + "/usr/local/nvidia/lib64/libcuda.so.580.159.04" in r["error"]
 
 
+@real_specs
 def test_toolkit_runtime_and_hook_must_execute(tmp_path):
     root, opts = host_from_spec(tmp_path)
     _exe(opts["runtime_path"], "echo boom >&2; exit 3")
@@ -288,6 +294,7 @@ NVIDIA_RUNTIME = """
 """
 
 
+@real_specs
 def test_toolkit_containerd_config_dump(tmp_path):
     _root, opts = host_from_spec(tmp_path)
     base = open(CONTAINERD_24).read()
