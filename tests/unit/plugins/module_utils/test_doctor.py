@@ -97,18 +97,6 @@ def test_branch_table(version, cuda):
     assert _doctor.driver_cuda({"driver": {"version": version}}) == cuda
 
 
-def test_filter_sorts_errors_first_and_rejects_bad_input(roots):
-    from ansible.errors import AnsibleFilterError
-    from ansible_collections.gpuops.nvidia.plugins.filter.gpu_diagnose import gpu_diagnose
-
-    facts = facts_of(roots["h200"], None, probes={"nvidia_smi": True, "toolkit": True})
-    facts["nvml"] = {"devices": [{"index": 0, "mig_mode": {"current": True, "pending": False}}], "cuda_driver_version": "13.0"}
-    out = gpu_diagnose(facts, {"workload": "container", "cuda_version": "13.1"})
-    assert [f["severity"] for f in out] == ["error", "warning"]
-    with pytest.raises(AnsibleFilterError, match="expects ansible_facts.gpu"):
-        gpu_diagnose("nope")
-
-
 def test_readiness_healthy_container_node(roots, h200_nvml):
     facts = facts_of(roots["h200"], h200_nvml)
     assert _doctor.readiness(facts, "container") == {"ready": True, "reasons": []}
@@ -127,11 +115,3 @@ def test_readiness_cpu_node_and_missing_gpu(roots):
     facts = facts_of(roots["no-gpu"])
     assert _doctor.readiness(facts, None)["ready"] is True  # CPU node
     assert _doctor.readiness(facts, "container")["reasons"] == ["gpu-not-detected"]
-
-
-def test_readiness_filter_refuses_non_dict():
-    from ansible.errors import AnsibleFilterError
-    from ansible_collections.gpuops.nvidia.plugins.filter import gpu_diagnose as f
-    with pytest.raises(AnsibleFilterError):
-        f.gpu_readiness(["not", "facts"])
-    assert f.gpu_readiness(None, None) == {"ready": True, "reasons": []}

@@ -384,18 +384,3 @@ def test_glob_matching_is_per_path_element():
     assert _doctor._glob_match("/etc/*/conf.d/[^x]*.toml", "/etc/containerd/conf.d/a.toml")
     pending = _doctor.runtime_pending({"files": {"/etc/containerd/config.toml": 'imports = ["/etc/*/conf.d/*.toml"]'}})
     assert pending == {"read": [], "globs": [{"pattern": "/etc/*/conf.d/*.toml", "dir": "/etc", "depth": 3, "name": "*.toml"}]}
-
-
-def test_filters_check_their_input():
-    from ansible.errors import AnsibleFilterError
-    from ansible_collections.gpuops.nvidia.plugins.filter import gpu_diagnose as f
-
-    assert set(f.FilterModule().filters()) >= {"gpu_doctor_read", "gpu_doctor_pending"}
-    with pytest.raises(AnsibleFilterError, match="slurp loop"):
-        f.gpu_doctor_read({}, "nope")
-    with pytest.raises(AnsibleFilterError, match="container_runtime state"):
-        f.gpu_doctor_pending(None)
-    state = f.gpu_doctor_read(None, [_slurp({"/etc/containerd/config.toml": 'imports = ["x.toml"]'}, "/etc/containerd/config.toml"),
-                                     {"item": "/etc/docker/daemon.json", "skipped": True}])
-    assert state["files"] == {"/etc/containerd/config.toml": 'imports = ["x.toml"]'}
-    assert f.gpu_doctor_pending(state) == {"read": ["/etc/containerd/x.toml"], "globs": []}

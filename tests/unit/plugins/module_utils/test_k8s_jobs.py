@@ -4,7 +4,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from ansible_collections.gpuops.nvidia.plugins.filter import k8s_plan as f
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_jobs as kj
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -37,36 +36,13 @@ def test_long_names_sharing_a_prefix_do_not_collide():
     assert len(set(names)) == 2
 
 
-def test_jobs_sorted_and_deduplicated():
-    out = f.k8s_validation_jobs(["b", "a", "b"], "gpuops-validate", "k")
-    assert [j["node"] for j in out] == ["a", "b"]
-
-
 def _job(name, node, *conds):
     return {"metadata": {"name": name, "annotations": {kj.NODE_LABEL: node}},
             "status": {"conditions": [{"type": t, "status": s} for t, s in conds]}}
 
 
-def test_outcomes():
-    wanted = {n: kj.job_name("v", "k", n) for n in ("a", "b", "c", "d")}
-    jobs = [
-        _job(wanted["a"], "a", ("SuccessCriteriaMet", "True"), ("Complete", "True")),
-        _job(wanted["b"], "b", ("FailureTarget", "True"), ("Failed", "True")),
-        _job(wanted["c"], "c"),
-        _job("v-old-a", "a", ("Complete", "True")),  # a previous validator version: stale
-    ]
-    out = f.k8s_job_outcomes(jobs, list(wanted.values()))
-    assert out == {"complete": ["a"], "failed": ["b"], "running": ["c"], "stale": ["v-old-a"],
-                   "missing": [wanted["d"]]}
-
-
 def test_condition_false_is_not_an_outcome():
     assert kj.job_state(_job("j", "n", ("Complete", "False"))) == "running"
-
-
-def test_named_objects():
-    assert f.k8s_named_objects(["j1"], "batch/v1", "Job", "ns") == [
-        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"namespace": "ns", "name": "j1"}}]
 
 
 def _node(name, **alloc):
@@ -76,5 +52,5 @@ def _node(name, **alloc):
 def test_nodes_split_by_advertised_gpus():
     nodes = [_node("b", **{"nvidia.com/gpu": "8"}), _node("a"), _node("c", **{"nvidia.com/gpu": "0"}),
              _node("d", **{"nvidia.com/mig-1g.18gb": "7"}), {"metadata": {"name": "e"}}]
-    assert f.k8s_gpu_allocatable_split(nodes) == {"gpu": ["b", "d"], "no_gpu": ["a", "c", "e"]}
+    assert kj.split_by_gpu_allocatable(nodes) == (["b", "d"], ["a", "c", "e"])
     assert kj.gpu_allocatable(_node("x", **{"nvidia.com/gpu": "bogus"})) == 0
