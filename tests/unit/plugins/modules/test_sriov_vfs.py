@@ -234,3 +234,23 @@ def test_persistent_false_and_other_pfs_records_are_kept(host, capsys):
     run(capsys, host, devices=[b], num_vfs=2, persistent=False)
     assert _sriov.parse_udev(read(host, RULES)) == {a: {"driver": "nvme", "num_vfs": 1}}
     assert host.numvfs(b) == 2
+
+
+@pytest.mark.parametrize("args", [
+    {"devices": ["0000:00:07.0"], "num_vfs": 1, "root": "relative/root"},
+    {"devices": ["0000:00:07.0"], "num_vfs": 1, "root": "/no/such/root"},
+    {"devices": [], "num_vfs": 1},
+    {"devices": [""], "num_vfs": 1},
+    {"devices": ["$(reboot)"], "num_vfs": 1},
+    {"devices": ["0000:00:07.0"], "num_vfs": [1]},
+    {"devices": ["0000:00:07.0"], "num_vfs": {"n": 1}},
+    {"devices": ["0000:00:07.0"], "num_vfs": 1.5},
+    {"devices": ["0000:00:07.0"], "num_vfs": True},
+    {"devices": ["0000:00:07.0"], "num_vfs": 1, "sriov_manage": "bin/sriov-manage"},
+])
+def test_nonsense_is_a_message_never_a_traceback(host, capsys, args):
+    host.nvme()
+    before = snapshot(host.root)
+    res = run(capsys, host, **args)
+    assert res["failed"] is True and res["msg"] and "Traceback" not in res["msg"], res
+    assert snapshot(host.root) == before and host.writes == []

@@ -244,3 +244,22 @@ def test_mdev_undo_recreates_what_the_run_removed(host, capsys):
     res = run(capsys, host, config=cfg(every({"T4-8Q": 1})))
     assert res["failed"] and "Invalid argument" in res["msg"] and "undone" in res["msg"] and res["changed"] is False
     assert sorted(u for _p, u, _t in host.mdevs(pf)) == old
+
+
+@pytest.mark.parametrize("args", [
+    {"config": {"version": "v1", "vgpu-configs": []}},
+    {"config": {"version": "v1", "vgpu-configs": {"default": "L40S-4Q"}}},
+    {"config": {"version": "v1", "vgpu-configs": {"default": [{"devices": "all", "vgpu-devices": ["L40S-4Q"]}]}}},
+    {"config": {"version": "v1", "vgpu-configs": {"default": [{"devices": "some", "vgpu-devices": {"L40S-4Q": 1}}]}}},
+    {"config": {"version": "v1", "vgpu-configs": {"default": [{"devices": "all", "vgpu-devices": {"L40S-4Q": "6"}}]}}},
+    {"config": cfg(every({"L40S-4Q": 1})), "selected": ""},
+    {"config": cfg(every({"L40S-4Q": 1})), "root": "relative"},
+    {"config": cfg(every({"L40S-4Q": 1})), "name_cache": "relative/cache.json"},
+    {},
+])
+def test_nonsense_is_a_message_never_a_traceback(host, capsys, args):
+    l40s(host)
+    before = snapshot(host.root)
+    res = run(capsys, host, **args)
+    assert res["failed"] is True and res["msg"] and "Traceback" not in res["msg"], res
+    assert snapshot(host.root) == before and host.writes == []
