@@ -4,12 +4,14 @@
 #   etcd                                                               <- go.etcd.io/etcd/server/v3
 #   kwok (controller mode: fakes kubelets for Node objects)            <- sigs.k8s.io/kwok
 #   helm                                                               <- helm.sh/helm/v3
+#   kubevirt-crds (KubeVirt's KubeVirt and VirtualMachine CRDs, data) <- kubevirt.io/kubevirt
 # Everything lands in $GPUOPS_CACHE/cluster/bin; GOCACHE/GOMODCACHE live under
 # $GPUOPS_CACHE/go so a rerun is a no-op (binaries are keyed by version stamp).
 #
 # Usage: build.sh [name ...]     (default: all but kubectl; names: etcd kube-apiserver
-#                                  kube-controller-manager kube-scheduler kubectl kwok helm)
-# Env:   K8S_VERSION ETCD_VERSION KWOK_VERSION HELM_VERSION  GPUOPS_CACHE  NICE (default 10)
+#                                  kube-controller-manager kube-scheduler kubectl kwok helm
+#                                  kubevirt-crds)
+# Env:   K8S_VERSION ETCD_VERSION KWOK_VERSION HELM_VERSION KUBEVIRT_VERSION  GPUOPS_CACHE  NICE (default 10)
 #        GO (default: go on PATH, else /usr/local/go/bin/go)
 set -euo pipefail
 
@@ -17,6 +19,8 @@ K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-v3.7.0}   # the etcd client/server that k8s v1.37 itself requires
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}   # v3: the major kubernetes.core 6.x helm modules drive
+KUBEVIRT_VERSION=${KUBEVIRT_VERSION:-v1.9.0}   # CRDs only (kubevirt_crds.py): the KubeVirt role's schema
+PYTHON=${PYTHON:-$HERE/../../../.venv/bin/python}
 NICE=${NICE:-10}
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -102,7 +106,7 @@ build_install() {  # build_install <name> <pkg@version>  (modules without replac
 
 targets=("$@")
 # kubectl is optional (debugging only; nothing in the lane needs it): build.sh kubectl
-[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kube-apiserver kwok kube-scheduler kube-controller-manager helm)
+[[ ${#targets[@]} -gt 0 ]] || targets=(etcd kube-apiserver kwok kube-scheduler kube-controller-manager helm kubevirt-crds)
 
 log "go=$("$GO" version) cache=$CACHE cores=$(nproc)"
 for t in "${targets[@]}"; do
@@ -113,6 +117,7 @@ for t in "${targets[@]}"; do
         timed "$t" "k8s-$K8S_VERSION" build_k8s "$t" ;;
     kwok) timed kwok "kwok-$KWOK_VERSION" build_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" ;;
     helm) timed helm "helm-$HELM_VERSION" build_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
+    kubevirt-crds) "$PYTHON" "$HERE/kubevirt_crds.py" --version "$KUBEVIRT_VERSION" ;;  # own cache check, ~3 s cold
     *) echo "unknown binary: $t" >&2; exit 2 ;;
     esac
 done

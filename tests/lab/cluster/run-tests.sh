@@ -17,7 +17,8 @@ export PATH=$CACHE/cluster/bin:$ROOT/.venv/bin:$PATH
 "$HERE/down.sh" --purge >/dev/null 2>&1 || true
 "$HERE/up.sh" "${NODES_TEST:-$HERE/nodes/default.yml}"
 rc=0
-"$PYTHON" -m pytest -p no:cacheprovider -v "$HERE/test_cluster_lane.py" "$HERE/test_driver_upgrade.py" "$@" || rc=$?
+"$PYTHON" -m pytest -p no:cacheprovider -v "$HERE/test_cluster_lane.py" "$HERE/test_driver_upgrade.py" \
+    "$HERE/test_kubevirt.py" "$@" || rc=$?
 if ((rc == 0)); then
     "$HERE/down.sh" --purge
 else
