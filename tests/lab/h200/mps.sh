@@ -4,7 +4,8 @@
 # carried.  No systemd there: the role runs with mps_control_service_manager=none.
 #
 #   1. the GPU's settings (compute mode, MIG mode, persistence, ...) and the paths the role may touch, before
-#   2. roles/mps_control present: the daemon runs with the env file's settings; rerun and check mode change nothing
+#   2. roles/mps_control present (with per-node limits): the daemon runs with the env file's settings and
+#      reports the thread percentage it was given; rerun and check mode change nothing
 #   3. two CUDA clients at once through MPS (plugins/module_utils/_cuda.py vectorAdd, --hold keeps each one's
 #      context): while both run, the daemon's get_server_list / get_client_list and nvidia-smi's process
 #      list (clients of type M+C, the server) are recorded and checked; both clients must pass
@@ -53,7 +54,9 @@ SCRIPT=$ROOT/usr/local/sbin/gpuops-mps-control
 ENVF=$ROOT/etc/gpuops/mps-control.env
 WATCH_PATHS=("$ROOT/etc/gpuops" "$ENVF" "$SCRIPT" "$ROOT/run/nvidia" "$ROOT/run/nvidia/mps"
     "$ROOT/run/nvidia/mps/host" "$MLOG" "$PIPE")
-ROLE_VARS=(-e mps_control_service_manager=none)
+# per-node limits too, to see them reach the daemon (harmless to a vectorAdd of a few MB)
+ROLE_VARS=(-e mps_control_service_manager=none -e mps_control_active_thread_percentage=50
+    -e mps_control_pinned_device_mem_limit=0=8G)
 if [[ -n $ROOT ]]; then
     mkdir -p "$ROOT/etc" "$ROOT/usr/local/sbin" "$ROOT/run"
     ROLE_VARS+=(-e "mps_control_pipe_directory=$PIPE" -e "mps_control_log_directory=$MLOG"
@@ -67,7 +70,7 @@ cleanup() { # always: the clients, then the daemon (through the role's script, e
     for p in "${CLIENTS[@]}"; do kill "$p" 2>/dev/null; done
     if [[ -x $SCRIPT && -r $ENVF ]]; then
         timeout 90 "$SCRIPT" stop >/dev/null 2>&1
-    elif [[ -S $PIPE/control ]] && command -v nvidia-cuda-mps-control >/dev/null; then
+    elif [[ -e $PIPE/control ]] && command -v nvidia-cuda-mps-control >/dev/null; then
         echo quit | CUDA_MPS_PIPE_DIRECTORY=$PIPE timeout 30 nvidia-cuda-mps-control >/dev/null 2>&1
     fi
 }
@@ -150,6 +153,16 @@ printf '%s\n' "$denv" >"$RESULTS/daemon-environ.txt"
 want=$(grep -E '^CUDA_' "$ENVF" 2>/dev/null | sort)
 [[ -n $want && $(printf '%s\n' "$denv" | grep -E '^CUDA_') == "$want" ]]
 check daemon-has-the-env-file-settings $? "daemon pid ${DPID:-?}: $(printf '%s\n' "$denv" | grep -E '^CUDA_' | tr '\n' ' ')"
+mpsq() { printf '%s\n' "$1" | CUDA_MPS_PIPE_DIRECTORY=$PIPE timeout 15 "${MPS_BIN:-nvidia-cuda-mps-control}" 2>&1; }
+thr=$(mpsq get_default_active_thread_percentage)
+{
+    echo "# get_default_active_thread_percentage"
+    echo "$thr"
+    echo "# get_default_device_pinned_mem_limit 0"
+    mpsq "get_default_device_pinned_mem_limit 0"
+} >"$RESULTS/mps-limits.txt"
+awk 'NR == 1 && $1 + 0 == 50 { ok = 1 } END { exit !ok }' <<<"$thr"
+check daemon-thread-percentage-50 $? "get_default_active_thread_percentage: $thr (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 from the env file)"
 ap present-again; rc=$?
 c=$(recap present-again changed)
 [[ $rc == 0 && $c == 0 ]]
@@ -178,12 +191,11 @@ for _ in $(seq 1 600); do
 done
 ready
 check clients-both-holding $? "both clients computed and hold their contexts: $(cat "$RESULTS"/client-*.err | tr '\n' ' ')"
-mpsq() { printf '%s\n' "$1" | CUDA_MPS_PIPE_DIRECTORY=$PIPE timeout 15 "${MPS_BIN:-nvidia-cuda-mps-control}" 2>&1; }
 servers=$(mpsq get_server_list)
 {
     echo "# get_server_list"
     echo "$servers"
-} >"$RESULTS/mps-observed.txt"
+} >"$RESULTS/mps-observed.txt"  # (mps-limits.txt: the limits read back earlier)
 clients_seen=''
 for s in $servers; do
     [[ $s =~ ^[0-9]+$ ]] || continue

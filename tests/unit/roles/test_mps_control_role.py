@@ -479,7 +479,7 @@ def test_unit_passes_systemd_analyze_verify(tmp_path):
     unit.write_text(text)
     lines = text.splitlines()
     assert "Type=forking" in lines and "ExecStart=%s start" % script in lines and "ExecStop=%s stop" % script in lines
-    assert "After=nvidia-persistenced.service" in lines
+    assert "After=nvidia-persistenced.service nvidia-fabricmanager.service" in lines
     assert "Before=containerd.service crio.service docker.service kubelet.service" in lines
     assert "WantedBy=multi-user.target" in lines and "TimeoutStopSec=45" in lines
     assert not [x for x in lines if "nvidia-smi" in x and not x.startswith("#")]       # no compute-mode change
