@@ -124,7 +124,7 @@ class Daemon:
                 os.execv(sys.executable, [sys.executable, os.path.abspath(__file__), "--server", str(os.getppid())])
             finally:
                 os._exit(127)
-        for _ in range(200):  # listed once it runs (after exec) under the daemon's name, as a real server would
+        for _attempt in range(200):  # listed once it runs (after exec) under the daemon's name, as a real server would
             if environ_of(pid).get("GPUOPS_STANDIN_ROLE") == "server" and comm_of(pid).startswith(NAME):
                 break
             time.sleep(0.05)

@@ -241,7 +241,7 @@ def test_present_rerun_check_restart_absent(lab):
 
     # a client makes the daemon start a server; absent waits for both to go
     lab.client()
-    for _ in range(50):
+    for _attempt in range(50):
         servers = lab.ask("get_server_list").split()
         if servers:
             break
