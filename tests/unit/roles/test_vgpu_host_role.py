@@ -19,7 +19,7 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 COLLECTIONS = os.environ.get("GPUOPS_COLLECTIONS", os.path.join(REPO, ".collections"))
 PLAYBOOK = ansible_command("ansible-playbook")
 sys.path.insert(0, os.path.join(REPO, "tests", "unit", "fixtures", "vgpu"))
-from sysfs import Host, snapshot  # noqa: E402
+from vgpu_sysfs import Host, snapshot  # noqa: E402
 
 CONFIG = {"version": "v1", "vgpu-configs": {"default": [{"devices": "all", "vgpu-devices": {"L40S-4Q": 6}}],
                                             "big": [{"devices": "all", "vgpu-devices": {"L40S-24Q": 2}}]}}

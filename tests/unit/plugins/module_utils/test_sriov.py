@@ -4,7 +4,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "vgpu"))
 
-from sysfs import Host  # noqa: E402
+from vgpu_sysfs import Host  # noqa: E402
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _sriov  # noqa: E402
 

@@ -1,5 +1,5 @@
 """gpuops.nvidia.sriov_vfs over sysfs trees whose writes are answered like the kernel and NVIDIA's sriov-manage
-answer them (tests/unit/fixtures/vgpu/sysfs.py): counts, persistence, refusals with nothing changed, check mode,
+answer them (tests/unit/fixtures/vgpu/vgpu_sysfs.py): counts, persistence, refusals with nothing changed, check mode,
 idempotence, the in-use rule, rollback."""
 import errno
 import json
@@ -13,7 +13,7 @@ from conftest import module_context
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "vgpu"))
 
-from sysfs import Host, snapshot  # noqa: E402
+from vgpu_sysfs import Host, snapshot  # noqa: E402
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _sriov  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.modules import sriov_vfs  # noqa: E402

@@ -11,7 +11,7 @@ from conftest import module_context
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "vgpu"))
 
-from sysfs import Host, snapshot  # noqa: E402
+from vgpu_sysfs import Host, snapshot  # noqa: E402
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _sriov  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.modules import vgpu_devices  # noqa: E402
