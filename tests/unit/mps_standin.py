@@ -130,6 +130,9 @@ class Daemon:
             time.sleep(0.05)
         self.server = pid
         self.logline("Server %d starting (stand-in)" % pid)
+        with open(os.path.join(self.log, "server.log"), "a") as f:  # what a real server logs of its limits
+            f.write("[%s Server %d] Active Threads Percentage set to %.1f\n"
+                    % (time.strftime("%Y-%m-%d %H:%M:%S"), pid, float(self.threads)))
 
     def stop_server(self):
         if self.server:

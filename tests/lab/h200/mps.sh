@@ -238,6 +238,8 @@ for i in 1 2; do
 done
 check clients-pass $pass "rc ${crc[*]}: $(head -1 "$RESULTS/client-1.out") / $(head -1 "$RESULTS/client-2.out")"
 cp "$MLOG"/*.log "$RESULTS/" 2>/dev/null
+grep -q 'Active Threads Percentage set to 50' "$RESULTS/server.log" 2>/dev/null
+check server-thread-percentage-50 $? "server.log: $(grep -h 'Active Threads Percentage' "$RESULTS/server.log" 2>/dev/null | head -1)"
 
 # ---------------------------------------------------------------------------------------------
 say "the role, state absent"
