@@ -31,11 +31,12 @@ import mps_standin
 import pytest
 import yaml
 from ansible.template import trust_as_template
+from conftest import ansible_command
 from role_render import Role
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 COLLECTIONS = os.environ.get("GPUOPS_COLLECTIONS", os.path.join(REPO, ".collections"))
-PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+PLAYBOOK = ansible_command("ansible-playbook")
 if not os.path.exists(PLAYBOOK):
     PLAYBOOK = shutil.which("ansible-playbook") or PLAYBOOK
 ROLE_DIR = os.path.join(COLLECTIONS, "ansible_collections", "gpuops", "nvidia", "roles", "mps_control")
