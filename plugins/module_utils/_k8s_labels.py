@@ -272,23 +272,24 @@ def node_plan(nodes, current=None, options=None):
 
 
 def _sharing_labels(labels, config):
-    """GFD's view of a shared GPU: replicas, strategy, -SHARED product suffix."""
+    """GFD's view of a node's device plugin config, with the host-side GFD code (_labels): replicas,
+    sharing strategy (MPS wins over time-slicing, as in GFD), nvidia.com/mps.capable, -SHARED suffix."""
     if not config:
         return {}
-    sharing = (config.get("sharing") or {})
-    for strategy, key in (("time-slicing", "timeSlicing"), ("mps", "mps")):
-        spec = sharing.get(key)
-        if not spec:
-            continue
-        for res in spec.get("resources") or []:
-            if res.get("name") == "nvidia.com/gpu":
-                out = {"nvidia.com/gpu.replicas": str(res.get("replicas")),
-                       "nvidia.com/gpu.sharing-strategy": strategy}
-                product = labels.get("nvidia.com/gpu.product")
-                if product and not spec.get("renameByDefault") and not product.endswith("-SHARED"):
-                    out["nvidia.com/gpu.product"] = product + "-SHARED"
-                return out
-    return {}
+    try:
+        cfg = _labels.parse_config(config)
+    except _labels.GFDConfigError:
+        return {}  # the device plugin config validation refuses it with the reason
+    strategy = _labels.sharing_strategy(cfg)
+    info = _labels.replication_info(cfg)
+    replicas = info["replicas"] if info and info["replicas"] > 0 else 1
+    out = {"nvidia.com/gpu.replicas": str(replicas),
+           "nvidia.com/gpu.sharing-strategy": strategy if replicas > 1 else "none",
+           "nvidia.com/mps.capable": "true" if strategy == "mps" else "false"}
+    product = labels.get("nvidia.com/gpu.product")
+    if product and info and info["replicas"] > 1 and not info["rename"] and not product.endswith("-SHARED"):
+        out["nvidia.com/gpu.product"] = product + "-SHARED"
+    return out
 
 
 def owned_labels(managed_fields, manager):

@@ -198,7 +198,7 @@ def sharing_strategy(cfg):
     return "none"
 
 
-def _replication_info(cfg, resource=GPU_RESOURCE):
+def replication_info(cfg, resource=GPU_RESOURCE):
     """resourceLabeler.replicationInfo (resource.go:240-250): the first entry for ``resource``
     in Sharing.ReplicatedResources() (sharing.go:48-53: MPS's when an mps section exists)."""
     rr = cfg["mps"] if cfg["mps"] is not None else cfg["time_slicing"]
@@ -341,7 +341,7 @@ def gfd_labels(gpus, driver_version=None, cuda_version=None, machine=None, confi
     first = full[0] if full else gpus[0]
     shared_cfg = bool(full)
     count = sum(1 for g in gpus if g.get("product") == first.get("product"))
-    info = _replication_info(cfg) if shared_cfg else None
+    info = replication_info(cfg) if shared_cfg else None
     if not shared_cfg:
         replicas = 0  # resource.go:208-215, sharing disabled
     else:

@@ -57,6 +57,18 @@ _CLUSTER_PLAY = """\
 
 # Example plays; cluster roles use _CLUSTER_PLAY with these vars.
 EXAMPLES = {
+    "mps_control": """\
+- name: CUDA MPS control daemon on the GPU hosts
+  hosts: gpu_nodes
+  become: true
+  roles:
+    - role: gpuops.nvidia.mps_control
+      vars:
+        mps_control_active_thread_percentage: 50
+        mps_control_pinned_device_mem_limit: "0=16G"
+        # hosts whose PID 1 is not systemd: the role starts the daemon itself
+        # mps_control_service_manager: none
+""",
     "mig_layout": """\
 - name: MIG layouts on container GPU nodes, re-applied at boot
   hosts: gpu_container

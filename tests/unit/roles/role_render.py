@@ -58,8 +58,10 @@ class Role:
             return yaml.safe_load(f)
 
     def variables(self, **overrides):
-        """defaults/main.yml (+ every vars/*.yml), then overrides (plain values, like -e)."""
-        v = dict(_trust(self.load("defaults/main.yml")))
+        """Ansible's magic host variables, defaults/main.yml (+ every vars/*.yml), then overrides (plain
+        values, like -e)."""
+        v = {"inventory_hostname": "node-1", "inventory_hostname_short": "node-1", "group_names": [], "groups": {}}
+        v.update(_trust(self.load("defaults/main.yml")))
         vars_dir = os.path.join(self.path, "vars")
         for f in sorted(os.listdir(vars_dir)) if os.path.isdir(vars_dir) else []:
             v.update(_trust(self.load(os.path.join("vars", f))))

@@ -102,6 +102,26 @@ def test_time_slicing_config_sets_gfd_sharing_labels():
     assert n["labels"]["nvidia.com/gpu.replicas"] == "4"
     assert n["labels"]["nvidia.com/gpu.sharing-strategy"] == "time-slicing"
     assert n["labels"]["nvidia.com/gpu.product"] == "NVIDIA-L40S-SHARED"
+    assert n["labels"]["nvidia.com/mps.capable"] == "false"
+
+
+def test_mps_config_sets_the_labels_gfd_sets():
+    """The cluster-side labels of a node whose device plugin config shares the GPU through MPS are GFD's
+    (the same _labels code as the host side): mps.capable=true, strategy mps (MPS wins over time-slicing
+    in GFD), replicas, -SHARED unless renamed; a renamed resource keeps the product."""
+    cfgs = {"mps4": {"version": "v1", "sharing": {"mps": {"resources": [{"name": "nvidia.com/gpu", "replicas": 4}]}}},
+            "mps-renamed": {"version": "v1", "sharing": {"mps": {"renameByDefault": True, "resources": [
+                {"name": "nvidia.com/gpu", "replicas": 2}]}}},
+            "plain": {"version": "v1"}}
+    nodes = [{"name": n, "gpu": L40S, "device_plugin_config": n} for n in cfgs]
+    p = plan(nodes, device_plugin_configs=cfgs)
+    mps = p["mps4"]["labels"]
+    assert (mps["nvidia.com/mps.capable"], mps["nvidia.com/gpu.sharing-strategy"], mps["nvidia.com/gpu.replicas"],
+            mps["nvidia.com/gpu.product"]) == ("true", "mps", "4", "NVIDIA-L40S-SHARED")
+    assert p["mps-renamed"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-L40S"
+    plain = p["plain"]["labels"]
+    assert (plain["nvidia.com/mps.capable"], plain["nvidia.com/gpu.sharing-strategy"], plain["nvidia.com/gpu.replicas"]) == (
+        "false", "none", "1")
 
 
 @pytest.mark.parametrize("node,opts,match", [
