@@ -108,7 +108,7 @@ def virtfns(root, pf):
             target = link_name(os.path.join(base, n))
             if target:
                 out.append((int(n[6:]), target))
-    return [b for _, b in sorted(out)]
+    return [b for _index, b in sorted(out)]
 
 
 def read_pf(root, bdf):

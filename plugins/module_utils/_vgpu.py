@@ -146,7 +146,7 @@ def _filter_matches(flt, gpu):
     if flt is None:
         return True
     for f in flt if isinstance(flt, list) else [flt]:
-        dev, _, sub = f.upper().partition(":")
+        dev, _sep, sub = f.upper().partition(":")
         if dev == gpu["device_id"].upper() and (not sub or sub == (gpu["subsystem_id"] or "").upper()):
             return True
     return False
@@ -227,7 +227,7 @@ def _vfio_state(root, gpu, holders, cache):
         for tid, name in creatable:
             registry.setdefault(tid, name)
         slots.append({"bdf": vf, "index": i, "driver": u["driver"], "current": u["vgpu_type"],
-                      "creatable": [t for t, _ in creatable], "busy": u["why"]["driver"] + u["why"]["open"]})
+                      "creatable": [t for t, _name in creatable], "busy": u["why"]["driver"] + u["why"]["open"]})
     return slots, registry
 
 
@@ -287,7 +287,7 @@ def plan_vfio(root, gpu, wanted, holders, cache, name):
     for _s, tid in keep:
         kept[tid] = kept.get(tid, 0) + 1
     missing = {key: wanted[key] - kept.get(tid, 0) for key, tid in resolved.items()}
-    dropped = [s for s, _ in drop]
+    dropped = [s for s, _tid in drop]
     free = [s for s in usable if not s["current"] and not s["busy"]] + dropped
     need = sum(missing.values())
     if need > len(free):
@@ -310,7 +310,7 @@ def plan_vfio(root, gpu, wanted, holders, cache, name):
     actions = [{"vf": s["bdf"], "from": tid, "from_name": short_vfio(registry.get(tid, str(tid))), "to": 0,
                 "to_name": None} for s, tid in drop]
     before = {}
-    for _, tid in have:
+    for _slot, tid in have:
         n = short_vfio(registry.get(tid, "type %d" % tid))
         before[n] = before.get(n, 0) + 1
     return {"interface": VENDOR_VFIO, "registry": registry, "resolved": resolved, "missing": missing,
@@ -361,7 +361,7 @@ def plan_mdev(root, gpu, wanted, holders, name):
                           "use: %s" % (where, m["uuid"], m["parent"], short_mdev(registry.get(d, d)), name,
                                        ", ".join(m["busy"])))
     kept = {}
-    for _, d in keep:
+    for _m, d in keep:
         kept[d] = kept.get(d, 0) + 1
     missing = {key: wanted[key] - kept.get(d, 0) for key, d in resolved.items()}
     if not drop:   # what is available now is what can be made (removals would free room the GPU does not show yet)
@@ -380,7 +380,7 @@ def plan_mdev(root, gpu, wanted, holders, name):
     actions = [{"mdev": m["uuid"], "parent": m["parent"], "from": short_mdev(registry.get(d, d)), "type_dir": d}
                for m, d in drop]
     before = {}
-    for _, d in have:
+    for _m, d in have:
         n = short_mdev(registry.get(d, d))
         before[n] = before.get(n, 0) + 1
     return {"interface": MDEV, "registry": registry, "resolved": resolved, "missing": missing, "drop": actions,
@@ -451,7 +451,7 @@ def apply_vfio(root, gp):
             for made in range(max(n, 0)):
                 slot = None
                 for vf in gp["gpu"]["vfs"]:
-                    if vf in idle and _current(root, vf) == 0 and tid in [t for t, _ in parse_creatable(
+                    if vf in idle and _current(root, vf) == 0 and tid in [t for t, _name in parse_creatable(
                             _read(_sriov.dev_path(root, vf, "nvidia", "creatable_vgpu_types")))]:
                         slot = vf
                         break
@@ -595,13 +595,17 @@ def main(argv=None, root="/"):
         result["notes"] = pl["notes"]
     except (VgpuError, VgpuApplyError, OSError, ValueError) as exc:   # one line for the journal
         result.update(failed=True, msg=str(exc))
-        print(json.dumps(result, sort_keys=True))
+        _out(result)
         return 1
-    print(json.dumps(result, sort_keys=True))
+    _out(result)
     return 0
 
 
-if __name__ == "__main__":  # pragma: no cover
+def _out(result):
     import sys  # pylint: disable=import-outside-toplevel
 
-    sys.exit(main())
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -258,8 +258,8 @@ def _run_locked(module, root, pl):
             tool = _target(root, p["sriov_manage"])
             rc, out, err = module.run_command([tool] + list(args), environ_update={"LC_ALL": "C"})
             if rc != 0:
-                raise RuntimeError("%s %s failed (rc=%d): %s" % (p["sriov_manage"], " ".join(args), rc,
-                                                                (err or out).strip()))
+                raise RuntimeError("%s %s failed (rc=%d): %s"
+                                   % (p["sriov_manage"], " ".join(args), rc, (err or out).strip()))
         try:
             apply(root, pl["actions"], run_tool)
         except ApplyError as exc:

@@ -79,7 +79,7 @@ def test_a_non_zero_count_changes_through_zero(host, capsys):
     host.enable(pf, 1)
     res = run(capsys, host, devices=[pf], num_vfs="max", _ansible_diff=True)
     assert res["actions"] == [{"bdf": pf, "from": 1, "to": 4, "method": "sysfs"}]
-    assert [v for _, v in host.writes] == ["0", "4"] and host.numvfs(pf) == 4
+    assert [v for _path, v in host.writes] == ["0", "4"] and host.numvfs(pf) == 4
     assert res["diff"][0]["before"] == "0000:00:07.0: sriov_numvfs 1\n"
     assert res["diff"][0]["after"] == "0000:00:07.0: sriov_numvfs 4\n"
 
