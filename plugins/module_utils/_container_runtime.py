@@ -73,6 +73,15 @@ DROPIN_HEADER = (
 )
 
 
+def _alive(pid):
+    """A live process (not a zombie waiting for its parent) with this pid."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 class RuntimeConfigError(ValueError):
     """Bad input or a config that cannot be edited safely (nothing written)."""
 
@@ -1106,8 +1115,17 @@ class Daemon(object):
             if self.runtime != "containerd":
                 time.sleep(1)
                 return self.healthy()
+            # restarted means a NEW containerd serves the socket: wait until the supervisor has started
+            # another process (the pid file or pidof names a live pid other than the signalled one)
             deadline = time.time() + self.timeout
-            while time.time() < deadline and os.path.exists("/proc/%d" % pid) and self._read_pid() == pid:
+            while True:
+                now = self._read_pid()
+                if now and now != pid and _alive(now):
+                    break
+                if time.time() > deadline:
+                    state = "still running" if _alive(pid) else "exited, and no new process was started"
+                    return False, ("containerd (pid %d) %s %d s after SIGHUP: restart_mode=signal needs a supervisor "
+                                   "that restarts it (systemd Restart=always, s6, runit)" % (pid, state, self.timeout))
                 time.sleep(0.2)
         return self.healthy()
 
