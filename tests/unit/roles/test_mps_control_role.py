@@ -120,8 +120,11 @@ class Lab:
                    ANSIBLE_REMOTE_TEMP=os.path.join(self.root, ".ansible-tmp"), ANSIBLE_NOCOLOR="1",
                    ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_RETRY_FILES_ENABLED="0")
         if path is not None:
-            env["PATH"] = path
-        cmd = [PLAYBOOK, "-i", "localhost,", book, "-e", "@" + evars] + (["--check", "--diff"] if check else [])
+            # narrowed, but Ansible's own entry points stay reachable (ansible-test's injector finds them on PATH)
+            keep = [d for d in os.environ.get("PATH", "").split(os.pathsep) if os.path.isfile(os.path.join(d, "ansible-playbook"))]
+            env["PATH"] = os.pathsep.join([path] + keep)
+        # run by this Python, not by a `python` looked up on that PATH
+        cmd = [sys.executable, PLAYBOOK, "-i", "localhost,", book, "-e", "@" + evars] + (["--check", "--diff"] if check else [])
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=self.root, timeout=300, check=False)
         shutil.rmtree(os.path.join(self.root, ".ansible-tmp"), ignore_errors=True)
         for name in ("play.yml", "extra.json"):
