@@ -68,3 +68,17 @@ def test_argument_specs_cover_the_defaults():
     public = {k for k in ROLE.plain("defaults/main.yml") if not k.startswith("_")}
     assert set(specs["main"]["options"]) == public
     assert set(specs["devices"]["options"]) <= public
+
+
+def test_report_condition_is_a_boolean_whatever_the_merge_says():
+    """Ansible 2.19 refuses a conditional that is a list (the lane's rerun found it)."""
+    from ansible.template import Templar
+
+    task = ROLE.task("main.yml", "What changed in the KubeVirt CR, and what is not ours")
+    for merge, shown in (({"changed": False, "conflicts": [], "warnings": []}, False),
+                         ({"changed": True, "conflicts": [], "warnings": []}, True),
+                         ({"changed": False, "conflicts": ["x"], "warnings": []}, True),
+                         ({"changed": False, "conflicts": [], "warnings": ["w"]}, True)):
+        templar = Templar(loader=ROLE.loader, variables=ROLE.variables(
+            _kubevirt_config_crs={"resources": [{}]}, _kubevirt_config_merge=merge))
+        assert all(templar.evaluate_conditional(c) for c in task["when"]) is shown, merge
