@@ -222,7 +222,7 @@ def _filter_matches(flt, gpu):
     if flt is None:
         return True
     for f in flt if isinstance(flt, list) else [flt]:
-        dev, _, sub = f.upper().partition(":")
+        dev, _sep, sub = f.upper().partition(":")
         if dev == gpu["device_id"].upper() and (not sub or sub == gpu["subsystem_id"].upper()):
             return True
     return False
@@ -592,7 +592,7 @@ def _verify(lib, gpu, plan):
     mode = _read_mode(lib, handle)
     now = dict(gpu, mig=mode)
     found = sorted(describe_instance(gi) for gi in read_instances(lib, handle, now))
-    _, instances = _after(gpu, plan)
+    instances = _after(gpu, plan)[1]
     expected = sorted(describe_instance(gi) for gi in instances) if plan["mig_enabled"] else []
     return {"mig_mode_after": mode, "verified": found == expected and mode["current"] == plan["mig_enabled"],
             "found": found, "expected": expected}

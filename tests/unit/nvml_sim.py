@@ -358,7 +358,7 @@ class NvmlSim:
 
     def nvmlGpuInstanceGetInfo(self, gpuInstance):
         self._call("nvmlGpuInstanceGetInfo")
-        _, gpu, gi_id = self._lookup(gpuInstance, "gi")
+        _kind, gpu, gi_id = self._lookup(gpuInstance, "gi")
         gi = gpu.gis[gi_id]
         info = pynvml.c_nvmlGpuInstanceInfo_t()
         info.device = self._handle_of(gpu)
@@ -368,7 +368,7 @@ class NvmlSim:
 
     def nvmlGpuInstanceDestroy(self, gpuInstance):
         self._call("nvmlGpuInstanceDestroy")
-        _, gpu, gi_id = self._lookup(gpuInstance, "gi")
+        _kind, gpu, gi_id = self._lookup(gpuInstance, "gi")
         if gpu.gis[gi_id]["cis"]:
             _fail(E.NVML_ERROR_IN_USE)
         del gpu.gis[gi_id]
@@ -376,7 +376,7 @@ class NvmlSim:
 
     def nvmlGpuInstanceGetComputeInstanceProfileInfo(self, device, profile, engProfile, version=2):
         self._call("nvmlGpuInstanceGetComputeInstanceProfileInfo", profile, engProfile)
-        _, gpu, gi_id = self._lookup(device, "gi")
+        _kind, gpu, gi_id = self._lookup(device, "gi")
         gi_slices = gpu.gis[gi_id]["profile"]["slices"]
         slices = CI_SLICES_BY_INDEX.get(profile)
         if engProfile != pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED:
@@ -389,7 +389,7 @@ class NvmlSim:
 
     def nvmlGpuInstanceCreateComputeInstance(self, gpuInstance, profileId):
         self._call("nvmlGpuInstanceCreateComputeInstance", profileId)
-        _, gpu, gi_id = self._lookup(gpuInstance, "gi")
+        _kind, gpu, gi_id = self._lookup(gpuInstance, "gi")
         gi = gpu.gis[gi_id]
         slices = CI_SLICES_BY_INDEX.get(profileId)
         if slices is None or slices > gi["profile"]["slices"]:
@@ -402,7 +402,7 @@ class NvmlSim:
 
     def nvmlGpuInstanceGetComputeInstances(self, gpuInstance, profileId, computeInstancesRef, countRef):
         self._call("nvmlGpuInstanceGetComputeInstances", profileId)
-        _, gpu, gi_id = self._lookup(gpuInstance, "gi")
+        _kind, gpu, gi_id = self._lookup(gpuInstance, "gi")
         slices = CI_SLICES_BY_INDEX.get(profileId)
         found = sorted(i for i, s in gpu.gis[gi_id]["cis"].items() if s == slices)
         if len(computeInstancesRef) < len(found):
@@ -415,7 +415,7 @@ class NvmlSim:
 
     def nvmlComputeInstanceGetInfo(self, computeInstance):
         self._call("nvmlComputeInstanceGetInfo")
-        _, gpu, gi_id, ci_id = self._lookup(computeInstance, "ci")
+        _kind, gpu, gi_id, ci_id = self._lookup(computeInstance, "ci")
         info = pynvml.c_nvmlComputeInstanceInfo_t()
         info.device = self._handle_of(gpu)
         info.id = ci_id
@@ -424,6 +424,6 @@ class NvmlSim:
 
     def nvmlComputeInstanceDestroy(self, computeInstance):
         self._call("nvmlComputeInstanceDestroy")
-        _, gpu, gi_id, ci_id = self._lookup(computeInstance, "ci")
+        _kind, gpu, gi_id, ci_id = self._lookup(computeInstance, "ci")
         del gpu.gis[gi_id]["cis"][ci_id]
         return pynvml.NVML_SUCCESS

@@ -39,7 +39,7 @@ def load_yaml(name):
 
 def instances(sim, index):
     """Collection of profile names (CI-prefixed when the CI is smaller) on one simulated GPU."""
-    _, _, gis = sim.state(index)
+    gis = sim.state(index)[2]
     table = sim._gpus[index].table
     slices = {p["name"]: p["slices"] for p in table["gi_profiles"]}
     out = collections.Counter()
@@ -155,7 +155,7 @@ def test_example_layout_applies_and_reapplies_with_no_change(name):
         sim = host(*gpus)
         want = expected_for(doc, name, gpus)
         names = {p["name"] for p in nvml_sim.load_table(TABLES[model])["gi_profiles"]}
-        unknown = {re.sub(r"^\d+c\.", "", k) for _, lay in want.values() for k in lay} - names
+        unknown = {re.sub(r"^\d+c\.", "", k) for _enabled, lay in want.values() for k in lay} - names
         if unknown:
             with pytest.raises(_mig.MigError) as exc:
                 _mig.run(sim, doc, name)
@@ -169,7 +169,7 @@ def test_example_layout_applies_and_reapplies_with_no_change(name):
             assert instances(sim, index) == layout, (name, model, index)
         for index in set(range(4)) - set(want):  # not matched: untouched
             assert sim.state(index) == (False, False, []), (name, model, index)
-        assert first["changed"] is any(e for e, _ in want.values()), (name, model)
+        assert first["changed"] is any(e for e, _layout in want.values()), (name, model)
         assert all(g.get("verified", True) for g in first["gpus"])
         writes = len(sim.writes())
         second = _mig.run(sim, doc, name)
@@ -197,7 +197,7 @@ def test_every_pair_of_h200_layouts_converges_and_keeps_what_matches():
             # what was kept is still there at the same placement
             for item in kept:
                 prof, start = item.split("@")
-                assert any(n == prof and s == int(start) for n, s, _ in before), (a, b, item)
+                assert any(n == prof and s == int(start) for n, s, _cis in before), (a, b, item)
 
 
 def test_only_the_instances_that_differ_are_destroyed():
