@@ -6,6 +6,10 @@
 # GPU stand-ins:
 #   00:05.0 edu (plays the GPU)  + 00:05.1 pci-testdev (its "audio" companion): one IOMMU group
 #   00:06.0 edu (a second, identical "GPU") in its own group: must stay untouched.
+#   00:07.0 NVMe controller with SR-IOV (4 VFs at 00:07.1-00:07.4 once enabled): real virtual functions for
+#           gpuops.nvidia.sriov_vfs (qemu's nvme needs an NVM subsystem and flexible queue/interrupt resources
+#           for SR-IOV: sriov_vq_flexible >= 2 x VFs, sriov_vi_flexible >= VFs; the VFs stay offline NVMe
+#           controllers unless nvme-cli virt-mgmt assigns them resources, which the lane does not need).
 source "$(dirname "$0")/lib.sh"
 name="${1:?usage: start.sh NAME}"
 valid_name "$name"
@@ -31,6 +35,8 @@ qemu_cmd=(qemu-system-x86_64
   -netdev user,id=n0,hostfwd=tcp:127.0.0.1:"$port"-:22 -device virtio-net-pci,netdev=n0
   -device edu,addr=05.0,multifunction=on -device pci-testdev,addr=05.1
   -device edu,addr=06.0
+  -device nvme-subsys,id=nvmesubsys0,nqn=gpuops-sriov
+  -device nvme,serial=gpuopssriov,subsys=nvmesubsys0,addr=07.0,sriov_max_vfs=4,sriov_vq_flexible=8,sriov_vi_flexible=4
   -vga std -display none -monitor none
   -chardev file,id=con0,path="$d/console.log",append=on -serial chardev:con0
   -no-reboot)
