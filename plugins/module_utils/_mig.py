@@ -553,9 +553,7 @@ def run(lib, doc, name, check_mode=False, reset=None):
                      "create": [describe_instance(c) for c in (plan or {}).get("create", [])],
                      "keep": [describe_instance(gi) for gi in (plan or {}).get("keep", [])],
                      "set_mig_mode": (plan or {}).get("set_mode"),
-                     "profiles": [dict(((k, p[k]) for k in ("name", "id", "slices", "instances", "memory_mib",
-                                                                      "name_nvml", "name_computed")),
-                                       placements=[list(x) for x in p["placements"]]) for p in gpu["profiles"]]}
+                     "profiles": [_profile_entry(p) for p in gpu["profiles"]]}
             if plan and plan_changes(plan) and not check_mode:
                 done = apply_gpu(lib, gpu, plan, reset)
                 entry.update(done)
@@ -575,6 +573,12 @@ def run(lib, doc, name, check_mode=False, reset=None):
             lib.nvmlShutdown()
         except Exception:  # pylint: disable=broad-except
             pass
+
+
+def _profile_entry(p):
+    out = dict((k, p[k]) for k in ("name", "id", "slices", "instances", "memory_mib", "name_nvml", "name_computed"))
+    out["placements"] = [list(x) for x in p["placements"]]
+    return out
 
 
 def describe_instance(item):
@@ -623,11 +627,11 @@ def main(argv=None, lib=None):
                      reset=None if args.no_reset else _reset_with_nvidia_smi)
     except Exception as exc:  # pylint: disable=broad-except  # NVMLError, OSError, bad JSON: one line for the journal
         errors = exc.errors if isinstance(exc, MigError) else ["%s: %s" % (type(exc).__name__, exc)]
-        print(json.dumps({"failed": True, "msg": "; ".join(errors)}))
+        sys.stdout.write(json.dumps({"failed": True, "msg": "; ".join(errors)}) + "\n")
         return 1
-    print(json.dumps(result, sort_keys=True))
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     return 3 if result["reset_pending"] else 0
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    raise SystemExit(main())

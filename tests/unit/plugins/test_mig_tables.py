@@ -326,7 +326,7 @@ def test_no_placement_cases_are_minimal_and_proven_by_the_script():
     for case in BAD:
         if case["refusal"] != "no-placement":
             continue
-        name, gpu, layout, expected, _ = cases[case["name"]]
+        name, gpu, layout, expected = cases[case["name"]][:4]
         assert (gpu + ".json", layout, expected) == (case["gpu"], case["layout"][0]["mig-devices"], "no-placement")
         assert layout in pc.enumerate_no_placement(pc.load_table(gpu))  # removing any one instance makes it fit
     assert sorted(c[0] for c in pc.CASES if c[3] == "no-placement") == sorted(
@@ -354,7 +354,7 @@ def test_good_layout_fits_and_greedy_claims_hold(case):
     assert counts == layout
     # greedy_fails lists exactly the failing orders, and some order works
     assert sorted(tuple(o) for o in case["greedy_fails"]) == pc.failing_orders(table, layout)
-    flat = [n for n in sorted(layout) for _ in range(layout[n])]
+    flat = [n for n in sorted(layout) for _i in range(layout[n])]
     assert any(pc.greedy(table, list(o))[1] is None for o in set(itertools.permutations(flat)))
 
 

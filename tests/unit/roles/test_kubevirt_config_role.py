@@ -38,9 +38,9 @@ def test_devices_entry_point_over_the_inventory():
                                        "externalResourceProvider": True}]
     # the cluster-wide vGPU config and default config reach the role
     cfg = {"version": "v1", "vgpu-configs": {"big": [{"devices": "all", "vgpu-devices": {"A10-24Q": 1}}]}}
-    _, facts = ROLE.set_fact("devices.yml", "KubeVirt host devices of the vm-passthrough and vm-vgpu nodes "
-                             "(GPU facts, vGPU configs)", groups={"k8s_nodes": list(HOSTVARS)}, hostvars=HOSTVARS,
-                             gpuops_vgpu_device_manager_config=cfg, gpuops_vgpu_default_config="big")
+    facts = ROLE.set_fact("devices.yml", "KubeVirt host devices of the vm-passthrough and vm-vgpu nodes "
+                          "(GPU facts, vGPU configs)", groups={"k8s_nodes": list(HOSTVARS)}, hostvars=HOSTVARS,
+                          gpuops_vgpu_device_manager_config=cfg, gpuops_vgpu_default_config="big")[1]
     assert facts["kubevirt_config_host_devices"]["nodes"]["vgpu-0"] == ["nvidia.com/NVIDIA_A10-24Q"]
 
 

@@ -176,7 +176,6 @@ def test_init_failure_and_no_device():
     assert res["ok"] is False and res["error"] == "CUDA_ERROR_NO_DEVICE" and res["call"] == "cuDeviceGetCount"
 
 
-
 # -- --hold: the client stays alive (and visible to MPS) with its context and buffers ------------------
 
 def test_hold_keeps_context_and_buffers_until_it_ends(monkeypatch):

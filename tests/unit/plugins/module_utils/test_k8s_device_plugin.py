@@ -55,7 +55,6 @@ def test_v020_limitations_warn():
     assert any("rename" in w for w in warnings) and any("devices" in w for w in warnings)
 
 
-
 # --- strict sharing configs (k8s-device-plugin v0.20.0: api/config/v1/replicas.go, sharing.go, config.go,
 # cmd/nvidia-device-plugin/main.go validateFlags, cmd/mps-control-daemon/mps/device.go) -------------------
 
