@@ -11,10 +11,10 @@ module: vgpu_devices
 short_description: Create the vGPU devices of a vGPU host from a vGPU device manager config
 version_added: 0.3.0
 description:
-  - Makes each GPU of a vGPU host carry the vGPU devices its config asks for, the job of the GPU Operator's vGPU
+  - "Makes each GPU of a vGPU host carry the vGPU devices its config asks for, the job of the GPU Operator's vGPU
     device manager, agentless. The config is the device manager's own format (C(version: v1),
-    C(vgpu-configs: {NAME: [{devices: all, vgpu-devices: {A10-4Q: 6}}]}); the counts are per GPU; GPU indexes count
-    the NVIDIA GPUs that are not virtual functions, in PCI address order.
+    C(vgpu-configs: {NAME: [{devices: all, vgpu-devices: {A10-4Q: 6}}]})); the counts are per GPU; GPU indexes count
+    the NVIDIA GPUs that are not virtual functions, in PCI address order."
   - "The GPU's interface is read from sysfs: NVIDIA's vendor-specific VFIO interface (vGPU 17 and later on Ada,
     Hopper and newer: per SR-IOV VF, C(nvidia/creatable_vgpu_types) lists C(<type id> : <name>) for the types the VF
     can take now, and writing a type ID to C(nvidia/current_vgpu_type) gives the VF that vGPU, 0 takes it away), or
@@ -37,7 +37,7 @@ author:
 options:
   config:
     description:
-      - The vGPU device manager config (C(version: v1), C(vgpu-configs)). Required with O(state=present).
+      - "The vGPU device manager config (C(version: v1), C(vgpu-configs)). Required with O(state=present)."
     type: dict
   selected:
     description: The config of O(config) this host applies (the node label C(nvidia.com/vgpu.config) in a cluster).
