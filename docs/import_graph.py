@@ -17,6 +17,10 @@ The layers (an arrow is "may import"):
     module_utils        -> module_utils                    (runs on targets: nothing from the controller side)
     doc_fragments       -> nothing
 
+and module_utils holds only what runs on targets: each of its files is imported, directly or through other
+module_utils, by a module, or is copied to targets by a role (``plugins/module_utils/_x.py`` named in a role's
+tasks, as mig_layout does with ``_mig.py``).  Code only filters and action plugins use belongs in plugin_utils.
+
 tests/unit/meta/test_import_layers.py runs the check in ``make test-unit``.
 """
 from __future__ import annotations
@@ -78,8 +82,43 @@ def edges(root=REPO):
     return sorted(set(out))
 
 
+def _target_scripts(root=REPO):
+    """module_utils files a role copies to targets (named in roles/*/tasks/*.yml)."""
+    found = set()
+    roles = os.path.join(root, "roles")
+    for base, _dirs, files in os.walk(roles) if os.path.isdir(roles) else ():
+        for name in files:
+            if name.endswith((".yml", ".yaml")) and os.sep + "tasks" in base:
+                with open(os.path.join(base, name), encoding="utf-8") as fh:
+                    text = fh.read()
+                for word in text.replace('"', " ").replace("'", " ").split():
+                    if "plugins/module_utils/_" in word and word.endswith(".py"):
+                        found.add(PREFIX + "module_utils." + word.rsplit("/", 1)[1][:-3])
+    return found
+
+
+def controller_only(root=REPO):
+    """module_utils modules that nothing on a target runs: no module reaches them and no role copies them."""
+    graph = {}
+    for src, dst in edges(root):
+        graph.setdefault(src, set()).add(dst)
+    mu_dir = os.path.join(root, "plugins", "module_utils")
+    names = sorted(PREFIX + "module_utils." + n[:-3] for n in os.listdir(mu_dir)
+                   if n.endswith(".py") and n != "__init__.py") if os.path.isdir(mu_dir) else []
+    seen = set()
+    todo = [m for m in graph if _layer(m) == "modules"] + sorted(_target_scripts(root))
+    seen.update(todo)
+    while todo:
+        for dst in graph.get(todo.pop(), ()):
+            if dst not in seen:
+                seen.add(dst)
+                todo.append(dst)
+    return [n for n in names if n not in seen]
+
+
 def violations(root=REPO):
-    bad = []
+    bad = ["%s is in module_utils but no module imports it and no role copies it to targets: controller-only "
+           "code belongs in plugin_utils" % m for m in controller_only(root)]
     for src, dst in edges(root):
         a, b = _layer(src), _layer(dst)
         if a == b == "module_utils" or a == b == "plugin_utils":

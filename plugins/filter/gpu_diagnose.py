@@ -11,7 +11,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import refusing
-from ansible_collections.gpuops.nvidia.plugins.module_utils._doctor import (
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils._doctor import (
     DoctorInputError,
     diagnose,
     readiness,

@@ -22,8 +22,8 @@ from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import refu
 from ansible_collections.gpuops.nvidia.plugins.module_utils import (
     _k8s_device_plugin as dp,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_jobs as kj
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels as kl
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_jobs as kj
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_labels as kl
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig
 
 

@@ -703,11 +703,12 @@ def test_filters_accept_generators_where_lists_are_expected():
 # --- module_utils raise the collection's own errors (the layers the modules and filters convert) ---------
 
 def _module_utils_cases():
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _doctor, _driver, _files, _labels
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver, _files, _labels
+    from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _doctor
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_device_plugin as dp
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_jobs as kj
-    from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels as kl
+    from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_jobs as kj
+    from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_labels as kl
     return {
         "node_plan: nodes a string": (kl.PlanError, kl.node_plan, ("node1",)),
         "node_plan: current of strings": (kl.PlanError, kl.node_plan, ([{"name": "n"}], {"n": "x"})),

@@ -1,11 +1,9 @@
-"""The k8s_plan filters over per-node validation Jobs (plugins/module_utils/_k8s_jobs.py behind them).
-
-Controller code: kept out of tests/unit/plugins/module_utils, which ansible-test units runs with
-ansible.module_utils alone, as on a target (tests/unit/plugins/module_utils/test_k8s_jobs.py tests _k8s_jobs)."""
+"""The k8s_plan filters over per-node validation Jobs (plugins/plugin_utils/_k8s_jobs.py behind them;
+tests/unit/plugins/plugin_utils/test_k8s_jobs.py tests _k8s_jobs itself)."""
 from __future__ import annotations
 
 from ansible_collections.gpuops.nvidia.plugins.filter import k8s_plan as f
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_jobs as kj
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_jobs as kj
 
 
 def _job(name, node, *conds):

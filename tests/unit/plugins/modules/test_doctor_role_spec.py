@@ -7,7 +7,7 @@ import re
 
 import yaml
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _doctor
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _doctor
 
 ROLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "doctor")
 

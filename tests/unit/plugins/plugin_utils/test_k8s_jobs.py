@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_jobs as kj
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_jobs as kj
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 

@@ -14,7 +14,8 @@ import posixpath
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _doctor, _gpu_facts
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_facts
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _doctor
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "runtime")
 

@@ -5,7 +5,8 @@ import copy
 
 import pytest
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _doctor, _gpu_facts
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_facts
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _doctor
 
 
 def facts_of(root, nvml=None, probes=None):
