@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import refusing
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils._clusterpolicy import (
-    ClusterPolicyError,
     clusterpolicy_to_vars as _to_vars,
     group_vars_text,
 )
@@ -33,7 +32,7 @@ def _plain(obj):
     return obj
 
 
-_refusing = refusing(ClusterPolicyError)
+_refusing = refusing()
 
 
 @_refusing

@@ -12,7 +12,6 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import refusing
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils._doctor import (
-    DoctorInputError,
     diagnose,
     readiness,
     runtime_pending,
@@ -22,7 +21,7 @@ from ansible_collections.gpuops.nvidia.plugins.plugin_utils._doctor import (
 _ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
-_refusing = refusing(DoctorInputError)
+_refusing = refusing()
 
 
 @_refusing

@@ -8,22 +8,10 @@ plugin_utils/_upgrade.py (controller only); these wrappers turn its refusals int
 """
 from __future__ import annotations
 
-import functools
-
-from ansible.errors import AnsibleFilterError
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _upgrade as up
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import refusing
 
-
-def _refusing(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except up.UpgradeInputError as e:
-            raise AnsibleFilterError("%s: %s" % (fn.__name__, e)) from e
-        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
-            raise AnsibleFilterError("%s: malformed input (%s)" % (fn.__name__, type(e).__name__)) from e
-    return wrapper
+_refusing = refusing()
 
 
 @_refusing

@@ -25,15 +25,16 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import (
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_jobs as kj
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_labels as kl
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
 
 
 # -- input checks: wrong types end in AnsibleFilterError naming the filter and the value ----------------
 
-class _Refused(ValueError):
-    pass
+class _Refused(InputError):
+    """A filter argument of the wrong shape."""
 
 
-_refusing = refusing(_Refused, kl.PlanError, dp.ConfigError, kj.JobsInputError)
+_refusing = refusing()
 
 
 def _kind(value):
@@ -166,7 +167,7 @@ def k8s_node_plan(nodes, current=None, options=None):
         nodes = [n for n in nodes if n.get("name") in current]
     try:
         plan = kl.node_plan(nodes, current or {}, options)
-    except kl.PlanError as e:
+    except kl.LabelPlanError as e:
         raise AnsibleFilterError("invalid GPU node inventory:\n  - " + "\n  - ".join(e.errors))
     plan["missing"] = missing
     return plan
@@ -192,7 +193,7 @@ def k8s_deploy_components(workload, mig_capable=False, vgpu_host=False, sandbox_
         raise _Refused("sandbox mode %r is not one of %s" % (sandbox_mode, ", ".join(kl.SANDBOX_MODES)))
     try:
         return kl.deploy_components(workload, mig_capable, vgpu_host, sandbox_mode)
-    except kl.PlanError as e:
+    except kl.LabelPlanError as e:
         raise AnsibleFilterError(str(e))
 
 

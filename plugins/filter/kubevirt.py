@@ -16,7 +16,7 @@ from ansible.errors import AnsibleUndefinedVariable
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _kubevirt as kv
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import refusing
 
-_refusing = refusing(kv.KubeVirtInputError)
+_refusing = refusing()
 
 
 def _get(hv, key, default=None):

@@ -27,6 +27,7 @@ import os
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import read_text
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
 
 KIND = "nvidia.com/gpu"
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
@@ -42,7 +43,7 @@ IPC_PATHS = ["/run/nvidia-persistenced/socket", "/run/nvidia-fabricmanager/socke
 HOOK_CANDIDATES = ["/usr/bin/nvidia-cdi-hook", "/usr/local/bin/nvidia-cdi-hook", "/usr/bin/nvidia-ctk", "/usr/local/bin/nvidia-ctk"]
 
 
-class CdiError(ValueError):
+class CdiError(InputError):
     """The host does not look like an NVIDIA GPU host (nothing written)."""
 
 

@@ -44,6 +44,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._toml import (
     TomlError,
     dumps_tables,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import ApplyError, InputError
 
 RUNTIMES = ("containerd", "crio", "docker")
 DEFAULT_CONFIG = {
@@ -82,7 +83,7 @@ def _alive(pid):
         return False
 
 
-class RuntimeConfigError(ValueError):
+class RuntimeConfigError(InputError):
     """Bad input or a config that cannot be edited safely (nothing written)."""
 
 
@@ -928,7 +929,7 @@ def _data_differs(runtime, before, after):
 
 # -- writing ----------------------------------------------------------------------
 
-class ApplyError(RuntimeConfigError):
+class RuntimeApplyError(RuntimeConfigError, ApplyError):
     """A write failed; the files written so far were put back (``unrestored`` lists those that could not be)."""
 
     def __init__(self, msg, unrestored):
@@ -964,7 +965,7 @@ def apply_changes(module, changes, backup=False, backup_dir=None):
 
     Backups are all taken before the first write.  If any write fails, the
     files written so far are put back byte for byte (a file that did not exist
-    is deleted) and :class:`ApplyError` is raised.
+    is deleted) and :class:`RuntimeApplyError` is raised.
     """
     backups = {}
     if backup:
@@ -973,8 +974,8 @@ def apply_changes(module, changes, backup=False, backup_dir=None):
                 try:
                     backups[c.path] = backup_copy(module, c.path, backup_dir)
                 except (OSError, IOError) as e:
-                    raise ApplyError(str(e) if "nothing was changed" in str(e) else
-                                     "cannot back up %s: %s; nothing was changed" % (c.path, e), [])
+                    raise RuntimeApplyError(str(e) if "nothing was changed" in str(e) else
+                                            "cannot back up %s: %s; nothing was changed" % (c.path, e), [])
     done = []
     for c in changes:
         done.append(c)
@@ -986,7 +987,7 @@ def apply_changes(module, changes, backup=False, backup_dir=None):
                 state = "could NOT restore %s (see backups or the records in state_dir)" % ", ".join(unrestored)
             else:
                 state = "original files restored byte for byte, nothing was changed"
-            raise ApplyError("writing %s failed: %s; %s" % (c.path, e, state), unrestored)
+            raise RuntimeApplyError("writing %s failed: %s; %s" % (c.path, e, state), unrestored)
     return backups
 
 

@@ -29,6 +29,11 @@ import json
 import sys
 import time
 
+try:
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import HostError
+except ImportError:  # run alone (python3 _cuda.py, as tests/lab/h200/mps.sh does): a plain stand-in for the family
+    HostError = RuntimeError
+
 KERNEL_NAME = "vectorAdd"
 BLOCK = 256
 DEFAULT_ELEMENTS = 50000
@@ -154,11 +159,11 @@ SIGNATURES = {
 }
 
 
-class CudaError(Exception):
+class CudaError(HostError):
     """A driver API call returned something other than CUDA_SUCCESS."""
 
     def __init__(self, call, code, name, log=None):
-        Exception.__init__(self, "%s failed: %s (%d)" % (call, name, code))
+        super().__init__("%s failed: %s (%d)" % (call, name, code))
         self.call = call
         self.code = code
         self.name = name

@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+
 MANAGED = "# Managed by gpuops.nvidia.driver -- do not edit.\n"
 BLACKLIST_PATH = "/etc/modprobe.d/gpuops-nvidia-blacklist.conf"
 BLACKLIST_CONTENT = (
@@ -80,12 +82,11 @@ LAST_PRE_TURING_BRANCH = 580   # R580 is the last branch for Maxwell, Pascal and
 BLACKWELL_CC = (10, 0)         # Blackwell and newer: open modules only
 
 
-class PlanError(ValueError):
+class DriverPlanError(InputError):
     """The request cannot be met on this host; ``remediation`` says what to do."""
 
     def __init__(self, msg, remediation=None):
-        super(PlanError, self).__init__(msg)
-        self.remediation = remediation
+        super().__init__(msg, remediation=remediation)
 
 
 # --- input checks ------------------------------------------------------------------
@@ -103,11 +104,11 @@ _FACT_STRINGS = {"os": ("id", "version_id", "id_like"), "kernel": ("release",),
 
 
 def check_facts(gpu):
-    """Refuse ``ansible_facts.gpu`` (or a hand-written stand-in) of the wrong shape; PlanError lists every
+    """Refuse ``ansible_facts.gpu`` (or a hand-written stand-in) of the wrong shape; DriverPlanError lists every
     problem.  Strings where gpu_facts returns strings, mappings and lists of mappings where it returns them."""
     problems = []
     if not isinstance(gpu, dict):
-        raise PlanError("gpu_facts must be ansible_facts.gpu (a mapping), got %r" % (gpu,))
+        raise DriverPlanError("gpu_facts must be ansible_facts.gpu (a mapping), got %r" % (gpu,))
     for section in _FACT_SECTIONS:
         value = gpu.get(section)
         if value is None:
@@ -136,8 +137,8 @@ def check_facts(gpu):
         if not isinstance(value, list) or not all(isinstance(d, dict) for d in value):
             problems.append("gpu_facts.%s must be a list of mappings (one per PCI function), got %r" % (section, value))
     if problems:
-        raise PlanError("; ".join(problems), "pass ansible_facts.gpu as gpuops.nvidia.gpu_facts returns it, "
-                                             "or leave gpu_facts out to gather the facts on the node")
+        raise DriverPlanError("; ".join(problems), "pass ansible_facts.gpu as gpuops.nvidia.gpu_facts returns it, "
+                              "or leave gpu_facts out to gather the facts on the node")
     return gpu
 
 
@@ -146,19 +147,19 @@ def check_request(req):
     for key in ("repo_url", "repo_key_url", "debian_mirror", "debian_security_mirror"):
         value = req.get(key)
         if value and not (isinstance(value, str) and URL_RE.match(value)):
-            raise PlanError("%s must be an http(s), ftp or file URL without spaces, quotes or control characters, "
-                            "got %r" % (key, value))
+            raise DriverPlanError("%s must be an http(s), ftp or file URL without spaces, quotes or control characters, "
+                                  "got %r" % (key, value))
     for key in ("mok_key", "mok_cert"):
         value = req.get(key)
         # DKMS sources framework.conf.d as shell: only plain absolute paths get there
         if value and not (isinstance(value, str) and SAFE_PATH_RE.match(value)):
-            raise PlanError("driver_%s must be an absolute path of letters, digits and . _ - + / (DKMS reads it as "
-                            "shell), got %r" % (key, value))
+            raise DriverPlanError("driver_%s must be an absolute path of letters, digits and . _ - + / (DKMS reads it as "
+                                  "shell), got %r" % (key, value))
     if bool(req.get("mok_key")) != bool(req.get("mok_cert")):
-        raise PlanError("driver_mok_key and driver_mok_cert go together (the private key and its DER certificate)")
+        raise DriverPlanError("driver_mok_key and driver_mok_cert go together (the private key and its DER certificate)")
     arch = req.get("arch")
     if arch is not None and not (isinstance(arch, str) and ARCH_RE.match(arch)):
-        raise PlanError("arch must be a machine name like x86_64 or aarch64, got %r" % (arch,))
+        raise DriverPlanError("arch must be a machine name like x86_64 or aarch64, got %r" % (arch,))
 
 
 # --- small parsers ---------------------------------------------------------------
@@ -228,18 +229,18 @@ def resolve_module_type(requested, branch, ccs):
     newest = max(known) if known else None
     branch_n = int(branch) if str(branch).isdigit() else 0
     if oldest is not None and oldest < TURING_CC and branch_n > LAST_PRE_TURING_BRANCH:
-        raise PlanError("GPUs with compute capability %d.%d (before Turing) are not supported by branch %s"
-                        % (oldest + (branch,)),
-                        "use driver_branch 580 or older (R580 is the last branch for Maxwell, Pascal and Volta)")
+        raise DriverPlanError("GPUs with compute capability %d.%d (before Turing) are not supported by branch %s"
+                              % (oldest + (branch,)),
+                              "use driver_branch 580 or older (R580 is the last branch for Maxwell, Pascal and Volta)")
     if requested == "open":
         if oldest is not None and oldest < TURING_CC:
-            raise PlanError("open kernel modules need Turing (compute capability 7.5) or newer; this host has %d.%d"
-                            % oldest, "set driver_kernel_module_type: proprietary (or auto)")
+            raise DriverPlanError("open kernel modules need Turing (compute capability 7.5) or newer; this host has %d.%d"
+                                  % oldest, "set driver_kernel_module_type: proprietary (or auto)")
         return "open", "requested"
     if requested == "proprietary":
         if newest is not None and newest >= BLACKWELL_CC:
-            raise PlanError("Blackwell and newer GPUs (compute capability %d.%d) only work with the open kernel modules"
-                            % newest, "set driver_kernel_module_type: open (or auto)")
+            raise DriverPlanError("Blackwell and newer GPUs (compute capability %d.%d) only work with the open kernel modules"
+                                  % newest, "set driver_kernel_module_type: open (or auto)")
         return "proprietary", "requested"
     if oldest is None:
         if branch_n >= OPEN_DEFAULT_BRANCH:
@@ -314,9 +315,9 @@ def packages(family, rel, source, branch, version, mtype, host, req):
         flavour = kernel_flavour(release, "ubuntu")
         can_pre = flavour in UBUNTU_SIGNED_FLAVOURS
         if precompiled == "always" and not can_pre:
-            raise PlanError("no Canonical precompiled NVIDIA modules for kernel %s" % release,
-                            "boot a Canonical kernel flavour (%s) or set driver_precompiled: auto"
-                            % ", ".join(UBUNTU_SIGNED_FLAVOURS[:3]))
+            raise DriverPlanError("no Canonical precompiled NVIDIA modules for kernel %s" % release,
+                                  "boot a Canonical kernel flavour (%s) or set driver_precompiled: auto"
+                                  % ", ".join(UBUNTU_SIGNED_FLAVOURS[:3]))
         use_pre = can_pre and precompiled != "never"
         base = "%s%s%s" % (branch, server, opn)
         if use_pre:
@@ -342,15 +343,15 @@ def packages(family, rel, source, branch, version, mtype, host, req):
     elif family == "debian" and source == "distro":
         distro_branch = rel["distro_branch"]
         if str(branch) != distro_branch:
-            raise PlanError("Debian %s non-free ships driver branch %s, not %s" % (host["os_major"], distro_branch, branch),
-                            "set driver_branch: \"%s\", or driver_source: cuda_repo for branch %s" % (distro_branch, branch))
+            raise DriverPlanError("Debian %s non-free ships driver branch %s, not %s" % (host["os_major"], distro_branch, branch),
+                                  "set driver_branch: \"%s\", or driver_source: cuda_repo for branch %s" % (distro_branch, branch))
         if mtype == "open" and not rel["distro_open"]:
-            raise PlanError("Debian %s's nvidia-open-kernel-dkms does not match its nvidia-driver version, so apt cannot "
-                            "install the open module" % host["os_major"],
-                            "set driver_kernel_module_type: proprietary, or driver_source: cuda_repo for open modules")
+            raise DriverPlanError("Debian %s's nvidia-open-kernel-dkms does not match its nvidia-driver version, so apt cannot "
+                                  "install the open module" % host["os_major"],
+                                  "set driver_kernel_module_type: proprietary, or driver_source: cuda_repo for open modules")
         if fm:
-            raise PlanError("Debian non-free has no nvidia-fabricmanager, needed on this NVSwitch system",
-                            "set driver_source: cuda_repo")
+            raise DriverPlanError("Debian non-free has no nvidia-fabricmanager, needed on this NVSwitch system",
+                                  "set driver_source: cuda_repo")
         kmod = "nvidia-open-kernel-dkms" if mtype == "open" else "nvidia-kernel-dkms"
         if req.get("headless", True):
             # compute-only: nvidia-driver would pull Xorg, Mesa and LLVM (144 packages on a minimal
@@ -423,11 +424,11 @@ def target_kernel(running, installed, requested=None):
     installed = sorted(set(installed or ()), key=release_key)
     if requested:
         if not KERNEL_RELEASE_RE.match(requested):
-            raise PlanError("driver_kernel_release %r is not a kernel release (what `uname -r` prints)" % requested)
+            raise DriverPlanError("driver_kernel_release %r is not a kernel release (what `uname -r` prints)" % requested)
         if installed and requested not in installed:
-            raise PlanError("driver_kernel_release %s is not installed here (installed: %s)"
-                            % (requested, ", ".join(installed)),
-                            "install linux-image-%s first, or leave driver_kernel_release empty" % requested)
+            raise DriverPlanError("driver_kernel_release %s is not installed here (installed: %s)"
+                                  % (requested, ", ".join(installed)),
+                                  "install linux-image-%s first, or leave driver_kernel_release empty" % requested)
         return requested, "building for the requested kernel %s" % requested
     if not installed or running in installed:
         return running, None
@@ -450,7 +451,7 @@ def signing_plan(build, family, mok, req):
 
 
 def secure_boot_decision(enabled, build, mok, req):
-    """How modules will load under Secure Boot, or PlanError with remediation."""
+    """How modules will load under Secure Boot, or DriverPlanError with remediation."""
     mok = mok or {}
     out = {"enabled": enabled, "strategy": "not-needed", "mok_key": mok.get("key_path"),
            "mok_enrolled": mok.get("enrolled"), "instructions": None}
@@ -480,48 +481,48 @@ def secure_boot_decision(enabled, build, mok, req):
         out["strategy"] = "dkms-mok-enrol"
         out["instructions"] = steps
         return out
-    raise PlanError("Secure Boot is on, no signed precompiled module exists for this host and the DKMS signing key "
-                    "is not enrolled: a DKMS-built module would not load",
-                    "either set driver_secure_boot_mok: true and enrol the key (%s), or use Ubuntu's Canonical "
-                    "kernel with driver_source: distro (signed precompiled modules), or disable Secure Boot" % steps)
+    raise DriverPlanError("Secure Boot is on, no signed precompiled module exists for this host and the DKMS signing key "
+                          "is not enrolled: a DKMS-built module would not load",
+                          "either set driver_secure_boot_mok: true and enrol the key (%s), or use Ubuntu's Canonical "
+                          "kernel with driver_source: distro (signed precompiled modules), or disable Secure Boot" % steps)
 
 
 def plan(host, req):
     """Plan the driver for ``host`` (see :func:`host_from_facts`) and ``req`` (the user's request).
 
-    Returns a dict; raises PlanError when the request cannot be met.
+    Returns a dict; raises DriverPlanError when the request cannot be met.
     """
     family, major = host["os_family"], host["os_major"]
     rel = RELEASES.get((family, major))
     if rel is None:
-        raise PlanError("unsupported OS %s %s" % (host.get("os_id"), host.get("os_version")),
-                        "supported: Ubuntu 22.04/24.04, Debian 12/13, RHEL-family 8/9/10")
+        raise DriverPlanError("unsupported OS %s %s" % (host.get("os_id"), host.get("os_version")),
+                              "supported: Ubuntu 22.04/24.04, Debian 12/13, RHEL-family 8/9/10")
     state = req.get("state", "present")
     source = req.get("source") or "auto"
     if source == "auto":
         source = "cuda_repo" if family == "rhel" else "distro"
     if family == "rhel" and source == "distro":
-        raise PlanError("RHEL-family distributions do not ship the NVIDIA driver", "set driver_source: cuda_repo")
+        raise DriverPlanError("RHEL-family distributions do not ship the NVIDIA driver", "set driver_source: cuda_repo")
     check_request(req)
     branch = str(req.get("branch") or "")
     version = req.get("version") or None
     if version and not VERSION_RE.match(str(version)):
-        raise PlanError("driver_version must be a driver version like \"580.95.05\", got %r" % (version,))
+        raise DriverPlanError("driver_version must be a driver version like \"580.95.05\", got %r" % (version,))
     if version and not branch:
         branch = version.split(".")[0]
     if not re.fullmatch(r"\d{3}", branch):
-        raise PlanError("driver_branch must be a driver branch like \"580\", got %r" % branch)
+        raise DriverPlanError("driver_branch must be a driver branch like \"580\", got %r" % branch)
     running = host.get("kernel_release")
     kernel, kernel_note = target_kernel(running, host.get("installed_kernels"), req.get("kernel_release"))
     if kernel != running:
         host = dict(host, kernel_release=kernel, headers_present=kernel in (host.get("kernels_with_headers") or ()))
     if state == "present" and family in ("ubuntu", "debian") and not host.get("kernel_release"):
-        raise PlanError("the running kernel's release is unknown (no kernel.release in the facts, nothing in "
-                        "/proc/sys/kernel/osrelease under the root): the plan needs it for the kernel headers and "
-                        "module packages (linux-headers-<release>)",
-                        "gather gpu_facts with the kernel subset on the node (or leave gpu_facts out)")
+        raise DriverPlanError("the running kernel's release is unknown (no kernel.release in the facts, nothing in "
+                              "/proc/sys/kernel/osrelease under the root): the plan needs it for the kernel headers and "
+                              "module packages (linux-headers-<release>)",
+                              "gather gpu_facts with the kernel subset on the node (or leave gpu_facts out)")
     if version and version.split(".")[0] != branch:
-        raise PlanError("driver_version %s is not on branch %s" % (version, branch))
+        raise DriverPlanError("driver_version %s is not on branch %s" % (version, branch))
     manager = "dnf" if family == "rhel" else "apt"
     nvswitch = bool(host.get("nvswitches"))
     fm_req = req.get("fabricmanager", "auto")
@@ -560,9 +561,9 @@ def plan(host, req):
                   "content": pin_preferences(branch, version) if manager == "apt" and state == "present" else None}
     out["signing"] = signing_plan(pk["build"], family, host.get("mok"), req)
     if out["signing"]["enabled"] and out["signing"]["generate"] and not req.get("mok_generate", True):
-        raise PlanError("driver_secure_boot_mok is on, no signing key exists (%s) and driver_mok_generate is false: "
-                        "DKMS could not sign the module" % out["signing"]["key"],
-                        "give driver_mok_key and driver_mok_cert (a key you enrol), or set driver_mok_generate: true")
+        raise DriverPlanError("driver_secure_boot_mok is on, no signing key exists (%s) and driver_mok_generate is false: "
+                              "DKMS could not sign the module" % out["signing"]["key"],
+                              "give driver_mok_key and driver_mok_cert (a key you enrol), or set driver_mok_generate: true")
     installed = host.get("installed") or {}
     held = set(host.get("held") or ())
     out["holds"] = select_holds(set(installed), manager) if state == "present" else []

@@ -39,17 +39,19 @@ import stat
 import tempfile
 import time
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import HostError
+
 # where lock files live; the first usable one wins (GPUOPS_LOCK_DIR overrides)
 LOCK_DIRS = ("/run/lock/gpuops", "/var/lock/gpuops")
 LOCK_TIMEOUT = 600
 _HELD = {}   # (pid, lock file) -> [fd, depth]: file_lock is re-entrant within a process
 
 
-class FileLockTimeout(OSError):
+class FileLockTimeout(OSError, HostError):
     """Another process held a file's lock for longer than the timeout."""
 
 
-class FileError(OSError):
+class FileError(OSError, HostError):
     """A file the module must read or replace cannot be: a directory, FIFO or device where a regular
     file is expected, a parent that is not a directory, no permission, not UTF-8 text.  ``str()`` is a
     sentence naming the path; nothing has been changed when it is raised."""

@@ -9,11 +9,12 @@ PRIVATE: may change at any time; not for use outside gpuops.nvidia.
 from __future__ import annotations
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _host, _labels, _nvml, _pci, _pci_ids
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
 
 SUBSETS = ("pci", "iommu", "kernel", "driver", "nvml")
 
 
-class SubsetError(ValueError):
+class SubsetError(InputError):
     pass
 
 

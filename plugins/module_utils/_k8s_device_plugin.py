@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+
 MIG_STRATEGIES = ("none", "single", "mixed")
 LIST_STRATEGIES = ("envvar", "volume-mounts", "cdi-annotations", "cdi-cri")
 SHARING_KEYS = {"timeSlicing": "time-slicing", "mps": "mps"}
@@ -43,7 +45,7 @@ def _check_keys(errors, where, mapping, allowed):
         errors.append("{}: unknown keys {}".format(where, ", ".join(sorted(unknown))))
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     def __init__(self, errors):
         self.errors = list(errors)
         super().__init__("; ".join(self.errors))

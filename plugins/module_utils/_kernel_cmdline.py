@@ -14,6 +14,8 @@ import json
 import os
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+
 GRUB_DROPIN = "/etc/default/grub.d/90-gpuops-kernel-cmdline.cfg"
 SYSTEMD_BOOT_CMDLINE = "/etc/kernel/cmdline"
 #: present while a boot-loader regeneration (update-grub, grub-mkconfig, kernel-install) is due: written
@@ -41,7 +43,7 @@ GRUB_LINE_RE = re.compile(r"""^GRUB_CMDLINE_LINUX_DEFAULT="\$\{GRUB_CMDLINE_LINU
 GRUB_OLD_LINE_RE = re.compile(r'^GRUB_CMDLINE_LINUX_DEFAULT="\$\{GRUB_CMDLINE_LINUX_DEFAULT\}(?: (?P<args>[^"]*))?"\s*$', re.M)
 
 
-class CmdlineError(Exception):
+class CmdlineError(InputError):
     pass
 
 

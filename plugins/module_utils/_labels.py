@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+
 NFD = "feature.node.kubernetes.io/"
 #: NFD worker's pci deviceClassWhitelist in the GPU Operator's NFD values
 NFD_PCI_CLASSES = ("02", "0200", "0207", "0300", "0302")
@@ -95,7 +97,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 RESOURCE_PREFIX = "nvidia.com/"
 
 
-class GFDConfigError(ValueError):
+class GFDConfigError(InputError):
     """A sharing/MIG config GFD would refuse, or a case GFD fails on (it then writes no labels)."""
 
 

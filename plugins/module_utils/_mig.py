@@ -33,6 +33,11 @@ import math
 import re
 import sys
 
+try:
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError, VerifyError
+except ImportError:  # the boot-time copy (mig_layout's mig_apply.py) runs alone: plain stand-ins for the family
+    InputError, VerifyError = ValueError, RuntimeError
+
 # NVML GPU-instance profile index -> suffix of the profile name (nvml.h NVML_GPU_INSTANCE_PROFILE_*)
 SUFFIX_BY_INDEX = {7: "+me", 8: "+me", 13: "-me", 14: "-me", 15: "+me.all", 16: "+me.all",
                    10: "+gfx", 11: "+gfx", 12: "+gfx", 17: "+gfx"}
@@ -50,7 +55,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 NVML_ERROR_NOT_SUPPORTED = 3
 
 
-class MigError(ValueError):
+class MigError(InputError):
     """A layout or config refused; ``errors`` lists every problem found."""
 
     def __init__(self, errors):
@@ -58,7 +63,7 @@ class MigError(ValueError):
         super().__init__("; ".join(self.errors))
 
 
-class MigVerifyError(MigError):
+class MigVerifyError(MigError, VerifyError):
     """Applied, but reading the GPU back does not show the planned layout."""
 
 

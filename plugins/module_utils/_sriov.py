@@ -42,6 +42,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import (
     read_pci_device,
     sysfs_path,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import ApplyError, InputError
 
 UDEV_RULES = "/etc/udev/rules.d/60-gpuops-sriov-vfs.rules"
 SYSTEMD_UNIT = "/etc/systemd/system/gpuops-sriov-vfs.service"
@@ -66,11 +67,11 @@ UNIT_AFTER = ("systemd-modules-load.service", "systemd-udev-trigger.service", "n
 UNIT_BEFORE = ("libvirtd.service", "virtqemud.service", "kubelet.service", "gpuops-vgpu-devices.service")
 
 
-class SriovError(Exception):
+class SriovError(InputError):
     """Bad input, or a host state that makes the request unsafe; nothing was changed."""
 
 
-class ApplyError(Exception):
+class SriovApplyError(ApplyError):
     """A runtime change failed.  ``counts``: ``{pf: (count now, count before the run)}`` after the rollback."""
 
     def __init__(self, msg, counts):
@@ -475,7 +476,7 @@ def _why(exc):
 
 def apply(root, actions, run_tool, timeout=WAIT_TIMEOUT):
     """Change the counts in order.  All or nothing: when one fails, the PFs changed in this run (the failing one
-    included) go back to the count they had (their VFs were idle, or the plan would have refused), and ApplyError
+    included) go back to the count they had (their VFs were idle, or the plan would have refused), and SriovApplyError
     says what failed and where each PF is now."""
     done = []
     for a in actions:
@@ -500,4 +501,4 @@ def apply(root, actions, run_tool, timeout=WAIT_TIMEOUT):
             if lost:
                 msg += "; ROLLBACK FAILED: %s" % ", ".join("%s has %d VFs (had %d)" % (p, c[0], c[1])
                                                            for p, c in sorted(lost.items()))
-            raise ApplyError(msg, counts)
+            raise SriovApplyError(msg, counts)

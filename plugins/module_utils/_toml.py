@@ -69,14 +69,16 @@ import json
 import math
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+
 __all__ = ["TomlError", "TomlEditError", "Document", "loads", "dumps_value", "dumps_tables", "format_key"]
 
 
-class TomlError(ValueError):
+class TomlError(InputError):
     """The text is not valid TOML (message carries line and column)."""
 
 
-class TomlEditError(ValueError):
+class TomlEditError(InputError):
     """The requested edit cannot be done without rewriting user content."""
 
 

@@ -37,6 +37,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _cuda
 from ansible_collections.gpuops.nvidia.plugins.module_utils._container_runtime import CRI_PLUGIN, dump_has_runtime
 from ansible_collections.gpuops.nvidia.plugins.module_utils._host import parse_driver_version
 from ansible_collections.gpuops.nvidia.plugins.module_utils._toml import loads as toml_loads
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import HostError, InputError
 
 CHECKS = ("driver", "cuda", "toolkit", "device_plugin")
 CDI_KIND = "nvidia.com/gpu"
@@ -102,7 +103,7 @@ def _text(value):
 
 # -- NVML -------------------------------------------------------------------------------------
 
-class NVMLError(Exception):
+class NvmlCallError(HostError):
     pass
 
 
@@ -143,10 +144,10 @@ class CtypesNVML(object):
         try:
             fn = self._fn(name)
         except AttributeError:
-            raise NVMLError("%s not found in libnvidia-ml" % name)
+            raise NvmlCallError("%s not found in libnvidia-ml" % name)
         rc = fn(*args)
         if rc != 0:
-            raise NVMLError("%s: %s" % (name, self._error(rc)))
+            raise NvmlCallError("%s: %s" % (name, self._error(rc)))
 
     def nvmlInit(self):
         self._call("nvmlInit_v2")
@@ -203,12 +204,12 @@ def load_nvml():
     if lib is not None:
         tries.append((lib, source))
     elif not tries:
-        raise NVMLError(err)
+        raise NvmlCallError(err)
     return tries
 
 
 def nvml_gpus(loader):
-    """(gpus, driver_version, source) from the first NVML that initialises; raises NVMLError."""
+    """(gpus, driver_version, source) from the first NVML that initialises; raises NvmlCallError."""
     errors = []
     for lib, source in loader():
         try:
@@ -225,18 +226,18 @@ def nvml_gpus(loader):
                              "name": _text(lib.nvmlDeviceGetName(handle))})
             return gpus, version, source
         except Exception as exc:
-            raise NVMLError("%s: %s" % (source, exc))
+            raise NvmlCallError("%s: %s" % (source, exc))
         finally:
             try:
                 lib.nvmlShutdown()
             except Exception:
                 pass
-    raise NVMLError("; ".join(errors) or "no NVML library")
+    raise NvmlCallError("; ".join(errors) or "no NVML library")
 
 
 # -- CDI specs (JSON, or YAML without PyYAML) ----------------------------------------------------
 
-class YamlError(ValueError):
+class YamlError(InputError):
     pass
 
 
@@ -519,7 +520,7 @@ def check_driver(ctx, detail):
     detail["kernel_module_type"] = module_type
     try:
         gpus, version, source = nvml_gpus(ctx.nvml_loader)
-    except NVMLError as exc:
+    except NvmlCallError as exc:
         errors.append("NVML: %s" % exc)
         return "; ".join(errors), "NVML failed"
     detail.update(driver_version=version, nvml=source, gpus=gpus, uuids=[g["uuid"] for g in gpus])
@@ -596,7 +597,7 @@ def check_toolkit(ctx, detail):
     if gpus is None:
         try:
             gpus = nvml_gpus(ctx.nvml_loader)[0]
-        except NVMLError as exc:
+        except NvmlCallError as exc:
             detail["nvml_error"] = str(exc)
     names, covered, missing = cdi_coverage(ours, gpus)
     missing_nodes = [p for p in nodes if not os.path.exists(p)]

@@ -34,6 +34,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import (
     read_pci_devices,
     sysfs_path,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import ApplyError, InputError
 
 VFIO_DRIVER = "vfio-pci"
 ID_RE = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{4})$")
@@ -123,11 +124,11 @@ def target_driver(root, bdf, release):
     return VFIO_DRIVER, VFIO_DRIVER
 
 
-class VfioError(Exception):
+class VfioError(InputError):
     """Bad input or a host state that makes the request unsafe; nothing was changed."""
 
 
-class BindError(Exception):
+class BindError(ApplyError):
     """A runtime driver change failed; what was done in this run has been rolled back as far as possible.
 
     ``bdf``: the function whose change failed; ``error``: why; ``restored``: ``{bdf: (driver now, driver

@@ -46,6 +46,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import (
     read_attr,
     read_pci_device,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import ApplyError, InputError
 
 NAME_CACHE = "/var/lib/gpuops/vgpu-types.json"
 FILTER_RE = re.compile(r"^0x[0-9A-Fa-f]{8}(:0x[0-9A-Fa-f]{8})?$")
@@ -54,7 +55,7 @@ VENDOR_VFIO = "vendor-vfio"
 MDEV = "mdev"
 
 
-class VgpuError(Exception):
+class VgpuError(InputError):
     """The config or the host state makes the request wrong or unsafe; nothing was changed."""
 
     def __init__(self, errors):
@@ -62,7 +63,7 @@ class VgpuError(Exception):
         super().__init__("; ".join(self.errors))
 
 
-class VgpuApplyError(Exception):
+class VgpuApplyError(ApplyError):
     """A write failed; what the run did on that GPU was undone as far as possible (``changed``: something stayed)."""
 
     def __init__(self, msg, changed):

@@ -173,7 +173,9 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import CdiError, build_spec, gpus_from_nvml, render
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, fail
+from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import build_spec, gpus_from_nvml, render
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     ensure_file,
     path_problem,
@@ -277,8 +279,8 @@ def run(module):
         spec, info = build_spec(root=p["root"], gpus=gpus, naming=tuple(p["device_name_strategy"]),
                                 library_dirs=p["library_dirs"], bin_dirs=p["bin_dirs"],
                                 hook_path=p["hook_path"], all_device=p["all_device"])
-    except CdiError as e:
-        module.fail_json(msg=str(e))
+    except GpuopsError as e:
+        fail(module, e)
     for w in info["warnings"]:
         module.warn(w)
     result = _write(module, ensure_file, p["path"], render(spec, p["path"]), mode=mode, backup=p["backup"],
@@ -290,7 +292,10 @@ def run(module):
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    module.exit_json(**run(module))
+    result = run(module)
+    if module._diff:
+        result["diff"] = _diff.entries(result.get("diff"))
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -341,10 +341,12 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._container_runtime import (
     DEFAULT_BINARY,
     DEFAULT_STATE_DIR,
-    ApplyError,
+    RuntimeApplyError,
     Daemon,
     FileChange,
     RecordStore,
@@ -404,8 +406,8 @@ def run(module):
         if p.get("backup"):
             p["backup_dir"] = p.get("backup_dir") or default_backup_dir(p)
             check_backup_dir(p["backup_dir"], p, paths)
-    except RuntimeConfigError as e:
-        module.fail_json(msg=str(e), **result)
+    except GpuopsError as e:
+        fail(module, e, **result)
     locks = contextlib.ExitStack()
     try:
         locks.enter_context(file_locks(paths, enabled=not module.check_mode))
@@ -421,8 +423,8 @@ def run_present(module, p, result):
     try:
         changes, info = plan(p, read_text)
         store = RecordStore(p["state_dir"])
-    except RuntimeConfigError as e:
-        module.fail_json(msg=str(e), **result)
+    except GpuopsError as e:
+        fail(module, e, **result)
     result.update(info)
     result["config_path"] = changes[0][0]
     changes = [c for c in changes if c[1] != c[2]]
@@ -443,16 +445,16 @@ def run_present(module, p, result):
                 result["validated"] = True
             elif p["runtime"] == "docker":
                 result["validated"] = _validate_docker(module, binary, changes[0])
-        except RuntimeConfigError as e:
+        except GpuopsError as e:
             result.update(changed=False, changed_files=[])      # refused: nothing was written
-            module.fail_json(msg=str(e), **result)
+            fail(module, e, **result)
     elif changes and p["validate"] and p["runtime"] != "crio":
         module.warn("%s not found; the new configuration was not validated by the daemon" % DEFAULT_BINARY[p["runtime"]])
     if not os.path.exists(p["runtime_path"]):
         module.warn("runtime_path %s does not exist on this host yet" % p["runtime_path"])
 
     if module._diff:
-        result["diff"] = [dict(before=b or "", after=a, before_header=path, after_header=path) for path, b, a in changes]
+        result["diff"] = _diff.entries([_diff.entry(path, b, a) for path, b, a in changes])
     if not changes:
         return _pending_restart(module, p, result, store)
     if module.check_mode:
@@ -464,8 +466,8 @@ def run_present(module, p, result):
     files.sort(key=lambda c: c.path == result["config_path"])
     try:
         records = present_records(store, p, files, result["config_path"])
-    except RuntimeConfigError as e:
-        module.fail_json(msg=str(e), **result)
+    except GpuopsError as e:
+        fail(module, e, **result)
     # the pristine copies are safe on disk before the first byte of a config changes
     saved = [(path, store.load_raw(path)) for path, _rec in records]
 
@@ -489,8 +491,8 @@ def run_absent(module, p):
     try:
         store = RecordStore(p["state_dir"])
         files, records, info, warnings = plan_absent(p, store)
-    except RuntimeConfigError as e:
-        module.fail_json(msg=str(e), **result)
+    except GpuopsError as e:
+        fail(module, e, **result)
     result.update(info)
     result["changed_files"] = [c.path for c in files]
     result["changed"] = bool(files or records)
@@ -508,14 +510,14 @@ def run_absent(module, p):
                 result["validated"] = True
             elif p["runtime"] == "docker" and files[0].after is not None:
                 result["validated"] = _validate_docker(module, binary, (files[0].path, None, files[0].after_text))
-        except RuntimeConfigError as e:
+        except GpuopsError as e:
             result.update(changed=False, changed_files=[])      # refused: nothing was written
-            module.fail_json(msg=str(e), **result)
+            fail(module, e, **result)
     elif files and p["validate"] and p["runtime"] != "crio" and any(c.after is not None for c in files):
         module.warn("%s not found; the new configuration was not validated by the daemon" % DEFAULT_BINARY[p["runtime"]])
 
     if module._diff:
-        result["diff"] = [c.diff() for c in files]
+        result["diff"] = _diff.entries([c.diff() for c in files])
     if not files:
         _pending_restart(module, p, result, store)
     if module.check_mode:
@@ -605,13 +607,13 @@ def _apply(module, p, result, files, store, undo_records=None):
         result["backup_dir"] = p["backup_dir"]
     try:
         backups = apply_changes(module, files, p["backup"], p.get("backup_dir"))
-    except ApplyError as e:
+    except RuntimeApplyError as e:
         if undo_records:
             undo_records()
         if restart and not was_pending and not e.unrestored:
             clear_marker()
         result.update(changed=bool(e.unrestored), changed_files=e.unrestored, restored=not e.unrestored)
-        module.fail_json(msg="%s: %s" % (p["runtime"], e), **result)
+        fail(module, e, msg="%s: %s" % (p["runtime"], e), **result)
     if backups:
         result["backup_files"] = backups
     if not restart:

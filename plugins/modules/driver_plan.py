@@ -228,6 +228,7 @@ import platform
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _driver
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import path_problem
 from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_facts import gather
@@ -302,8 +303,8 @@ def main():
     try:
         _driver.check_facts(gpu)
         _driver.check_request(dict(request(params), arch=params["arch"]))
-    except _driver.PlanError as exc:
-        module.fail_json(msg=str(exc), remediation=exc.remediation or "")
+    except GpuopsError as exc:
+        fail(module, exc, remediation=exc.remediation or "")
     family = _driver.os_family(gpu.get("os") or {})[0]
     held = _driver.read_dpkg_held(root) if family in ("debian", "ubuntu") else _driver.read_versionlock(root)
     host = _driver.host_from_facts(gpu, installed=installed_packages(module, root, family),
@@ -312,8 +313,8 @@ def main():
                                    arch=params["arch"] or platform.machine())
     try:
         result = _driver.plan(host, request(params))
-    except _driver.PlanError as exc:
-        module.fail_json(msg=str(exc), remediation=exc.remediation or "")
+    except GpuopsError as exc:
+        fail(module, exc, remediation=exc.remediation or "")
     holders = []
     if result["installed"]["loaded_version"] and (not result["satisfied"] or result["state"] == "absent"):
         holders = _driver.device_holders(root if os.path.isdir(os.path.join(root, "proc")) else "/")

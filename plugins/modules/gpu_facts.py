@@ -207,9 +207,10 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import path_problem
-from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_facts import SubsetError, gather, resolve_subsets
-from ansible_collections.gpuops.nvidia.plugins.module_utils._labels import GFDConfigError, parse_config
+from ansible_collections.gpuops.nvidia.plugins.module_utils._gpu_facts import gather, resolve_subsets
+from ansible_collections.gpuops.nvidia.plugins.module_utils._labels import parse_config
 
 
 def argument_spec():
@@ -224,8 +225,8 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
     try:
         subsets = resolve_subsets(module.params["gather_subset"])
-    except SubsetError as exc:
-        module.fail_json(msg=str(exc))
+    except GpuopsError as exc:
+        fail(module, exc)
     root = module.params["root"]
     problem = path_problem(root, "root")
     if problem:
@@ -235,12 +236,12 @@ def main():
     try:
         # checked whether or not the node has GPUs (the labels, and so the config, are only read with GPUs)
         parse_config(module.params["gfd_config"])
-    except GFDConfigError as exc:
-        module.fail_json(msg="gfd_config: %s" % exc)
+    except GpuopsError as exc:
+        fail(module, exc, msg="gfd_config: %s" % exc)
     try:
         facts, warnings = gather(module.params["root"], subsets, gfd_config=module.params["gfd_config"])
-    except GFDConfigError as exc:
-        module.fail_json(msg="gfd_config: %s" % exc)
+    except GpuopsError as exc:
+        fail(module, exc, msg="gfd_config: %s" % exc)
     for warning in warnings:
         module.warn(warning)
     module.exit_json(changed=False, ansible_facts={"gpu": facts})

@@ -217,6 +217,8 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     _nolock,
     clear_pending,
@@ -234,7 +236,6 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._kernel_cmdline impo
     RECORD_DIR,
     REGEN_PENDING,
     SYSTEMD_BOOT_CMDLINE,
-    CmdlineError,
     apply_args,
     canonical,
     detect_bootloader,
@@ -451,8 +452,8 @@ def run(module):
         module.fail_json(msg="args must name at least one kernel argument (key or key=value)")
     try:
         validate_args(p["args"])
-    except CmdlineError as exc:
-        module.fail_json(msg=str(exc))
+    except GpuopsError as exc:
+        fail(module, exc)
     for opt in ("record_dir",):
         problem = path_problem(p[opt], opt)
         if problem:
@@ -505,8 +506,8 @@ def run(module):
                 if rec_r.get("diff"):
                     diffs.append(rec_r["diff"])
                 r["changed"] = r["changed"] or rec_r["changed"]
-    except CmdlineError as exc:
-        module.fail_json(msg=str(exc), bootloader=bootloader)
+    except GpuopsError as exc:
+        fail(module, exc, bootloader=bootloader)
     except OSError as exc:  # a file that became unreadable or unwritable after the checks above
         module.fail_json(msg="%s: %s" % (bootloader, exc), bootloader=bootloader)
     running = split_cmdline(read_text("/proc/cmdline") or "")
@@ -520,8 +521,8 @@ def run(module):
         result["path"] = r["path"]
     if r.get("backup_file"):
         result["backup_file"] = r["backup_file"]
-    if module._diff and diffs:
-        result["diff"] = diffs[0] if len(diffs) == 1 else diffs
+    if module._diff:
+        result["diff"] = _diff.entries(diffs)
     module.exit_json(**result)
 
 

@@ -128,6 +128,8 @@ errors:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, VerifyError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig, _nvml
 
 
@@ -148,8 +150,8 @@ def main():
     params = module.params
     try:
         names = _mig.validate_config(params["config"])
-    except _mig.MigError as exc:
-        module.fail_json(msg="MIG config refused: " + "; ".join(exc.errors), errors=exc.errors)
+    except GpuopsError as exc:
+        fail(module, exc, msg="MIG config refused: %s" % exc)
     if params["name"] not in names:
         module.fail_json(msg="MIG config %r is not in the config (it has: %s)" % (params["name"], ", ".join(names)),
                          errors=["unknown config %r" % params["name"]])
@@ -167,16 +169,15 @@ def main():
     try:
         result = _mig.run(lib, params["config"], params["name"], check_mode=module.check_mode,
                           reset=reset if params["reset"] == "gpu" else None)
-    except _mig.MigVerifyError as exc:
-        module.fail_json(msg="MIG config %r applied, but the GPUs do not hold it: " % params["name"] + "; ".join(exc.errors),
-                         errors=exc.errors)
-    except _mig.MigError as exc:
-        module.fail_json(msg="MIG layout refused, nothing changed: " + "; ".join(exc.errors), errors=exc.errors)
+    except VerifyError as exc:
+        fail(module, exc, msg="MIG config %r applied, but the GPUs do not hold it: %s" % (params["name"], exc))
+    except GpuopsError as exc:
+        fail(module, exc, msg="MIG layout refused, nothing changed: %s" % exc)
     except lib.NVMLError as exc:
         module.fail_json(msg="NVML error while applying MIG config %r: %s" % (params["name"], exc))
     diff = result.pop("diff")
     if module._diff:
-        result["diff"] = diff
+        result["diff"] = _diff.entries(_diff.entry("MIG layout", diff["before"], diff["after"]))
     if result["reset_pending"]:
         module.warn("MIG mode change pending a GPU reset or reboot on GPU %s; instances not created there"
                     % ", ".join(map(str, result["reset_pending"])))

@@ -156,6 +156,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     ensure_file,
     file_locks,
@@ -170,8 +172,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._sriov import (
     SYSTEMD_UNIT,
     UDEV_RULES,
     UNIT_NAME,
-    ApplyError,
-    SriovError,
+    SriovApplyError,
     apply,
     plan,
 )
@@ -208,8 +209,8 @@ def _plan(module):
     try:
         return plan(root, p["devices"], p["state"], p["num_vfs"], p["method"], p["persistent"], udev_text, unit_text,
                     tool=p["sriov_manage"])
-    except SriovError as exc:
-        module.fail_json(msg=str(exc))
+    except GpuopsError as exc:
+        fail(module, exc)
 
 
 def _systemctl(module, *args):
@@ -262,10 +263,10 @@ def _run_locked(module, root, pl):
                                    % (p["sriov_manage"], " ".join(args), rc, (err or out).strip()))
         try:
             apply(root, pl["actions"], run_tool)
-        except ApplyError as exc:
-            module.fail_json(msg=str(exc) + "; no persistence file was written", changed=exc.changed,
-                             actions=pl["actions"], devices=pl["devices"],
-                             counts={b: {"num_vfs": now, "num_vfs_before": was} for b, (now, was) in exc.counts.items()})
+        except SriovApplyError as exc:
+            fail(module, exc, msg=str(exc) + "; no persistence file was written", changed=exc.changed,
+                 actions=pl["actions"], devices=pl["devices"],
+                 counts={b: {"num_vfs": now, "num_vfs_before": was} for b, (now, was) in exc.counts.items()})
 
     files = {}
     for path, content in sorted(pl["files"].items()):
@@ -297,7 +298,7 @@ def _run_locked(module, root, pl):
     result = dict(changed=bool(pl["actions"]) or any(files.values()), devices=pl["devices"], actions=pl["actions"],
                   files=files, notes=notes)
     if module._diff:
-        result["diff"] = diffs
+        result["diff"] = _diff.entries(diffs)
     module.exit_json(**result)
 
 

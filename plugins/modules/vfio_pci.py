@@ -175,6 +175,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     clear_pending,
     ensure_file,
@@ -262,8 +264,8 @@ def _plan(module, root, state_path):
     try:
         pl = plan(root, p["devices"], p["state"], p["include_group_members"], p["persistent"], state_text,
                   allow_iommu_off=p["allow_iommu_off"], current_udev_text=udev_text, state_path=state_path)
-    except VfioError as exc:
-        module.fail_json(msg=str(exc))
+    except GpuopsError as exc:
+        fail(module, exc)
     return pl, state_text
 
 
@@ -371,9 +373,9 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
                 except OSError as e2:
                     extra = "; %s could not be put back: %s" % (state_path, e2)
             unmark()
-            module.fail_json(msg=str(exc) + extra, changed=exc.changed or bool(extra), actions=pl["actions"],
-                             devices=[{"bdf": b, "driver": now, "driver_before": was}
-                                      for b, (now, was) in sorted(exc.restored.items())])
+            fail(module, exc, msg=str(exc) + extra, changed=exc.changed or bool(extra), actions=pl["actions"],
+                 devices=[{"bdf": b, "driver": now, "driver_before": was}
+                          for b, (now, was) in sorted(exc.restored.items())])
 
     try:
         if not module.check_mode and _modprobe_changes(root, pl) and not os.path.exists(marker):
@@ -421,7 +423,7 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
                   initramfs_updated=initramfs, initramfs_pending=pending, deferred=pl["deferred"],
                   iommu_active=iommu_active(root))
     if module._diff:
-        result["diff"] = diffs
+        result["diff"] = _diff.entries(diffs)
     module.exit_json(**result)
 
 

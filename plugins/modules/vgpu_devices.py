@@ -124,6 +124,8 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     ensure_file,
     file_lock,
@@ -135,7 +137,6 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._vgpu import (
     NAME_CACHE,
     VENDOR_VFIO,
     VgpuApplyError,
-    VgpuError,
     after,
     apply_mdev,
     apply_vfio,
@@ -196,8 +197,8 @@ def _run_locked(module, root, cache_path):
         cache = {}
     try:
         pl = plan(root, p["config"], p["selected"], p["state"], cache)
-    except VgpuError as exc:
-        module.fail_json(msg=str(exc), errors=exc.errors)
+    except GpuopsError as exc:
+        fail(module, exc)
     changed, out = False, []
     for gp in pl["gpus"]:
         gpu = gp["gpu"]
@@ -212,8 +213,8 @@ def _run_locked(module, root, cache_path):
                 try:
                     entry["actions"] = apply_vfio(root, gp) if gp["interface"] == VENDOR_VFIO else apply_mdev(root, gp)
                 except VgpuApplyError as exc:
-                    module.fail_json(msg=str(exc) + ("; earlier GPUs were changed" if changed else ""),
-                                     changed=changed or exc.changed, gpus=out)
+                    fail(module, exc, msg=str(exc) + ("; earlier GPUs were changed" if changed else ""),
+                         changed=changed or exc.changed, gpus=out)
                 entry["after"] = after(root, gp)
             changed = True
         else:
@@ -229,9 +230,8 @@ def _run_locked(module, root, cache_path):
     result = dict(changed=changed, gpus=out, notes=pl["notes"])
     if module._diff:
         gpus = {g["gpu"]["bdf"]: g["gpu"] for g in pl["gpus"]}
-        result["diff"] = {"before": "".join(_lines(gpus[e["bdf"]], e["before"]) for e in out),
-                          "after": "".join(_lines(gpus[e["bdf"]], e["after"]) for e in out),
-                          "before_header": "vGPUs", "after_header": "vGPUs"}
+        result["diff"] = _diff.entries(_diff.entry("vGPUs", "".join(_lines(gpus[e["bdf"]], e["before"]) for e in out),
+                                                   "".join(_lines(gpus[e["bdf"]], e["after"]) for e in out)))
     module.exit_json(**result)
 
 

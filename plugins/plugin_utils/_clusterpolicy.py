@@ -27,6 +27,8 @@ import re
 
 import yaml
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+
 # Image components with a cluster role here: ClusterPolicy key -> (role prefix, default image of the
 # role's defaults/main.yml, GPU Operator v26.7.0). tests/unit check this table against the roles.
 IMAGE_COMPONENTS = {
@@ -81,7 +83,7 @@ WHY_HOST_NETWORK = "gpuops.nvidia's component pods do not use the host network"
 WHY_ENV = "no variable of gpuops.nvidia sets this environment variable of the component"
 
 
-class ClusterPolicyError(ValueError):
+class ClusterPolicyError(InputError):
     """The input is not (exactly one) ClusterPolicy, or a field has the wrong shape."""
 
 

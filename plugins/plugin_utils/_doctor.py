@@ -25,6 +25,7 @@ from fnmatch import fnmatchcase
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._container_runtime import CRI_PLUGIN, DEFAULT_CONFIG
 from ansible_collections.gpuops.nvidia.plugins.module_utils._toml import TomlError, format_key, loads
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
 
 # CUDA version each driver branch supports at most (driver >= branch minimum).
 BRANCH_CUDA = (
@@ -35,7 +36,7 @@ BRANCH_CUDA = (
 VFIO_DRIVERS = ("vfio-pci", "nvgrace_gpu_vfio_pci")
 
 
-class DoctorInputError(ValueError):
+class DoctorInputError(InputError):
     """Facts or runtime state of the wrong shape (what the filters were given is not what gpu_facts or the
     doctor role produce); the message says which value and what was expected."""
 

@@ -11,14 +11,18 @@ from __future__ import annotations
 import functools
 
 from ansible.errors import AnsibleError, AnsibleFilterError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError
 
 MALFORMED = (TypeError, ValueError, KeyError, AttributeError, IndexError)
 
 
 def refusing(*known):
     """Decorator: bad input ends in AnsibleFilterError with the filter's name and what was wrong, never in a
-    Python traceback. ``known`` are the filter's own input errors (their text is the message); anything the
-    explicit checks missed is reported as malformed input (AnsibleError appends the cause's text)."""
+    Python traceback. The collection's error family (module_utils/_errors.py) and any further ``known``
+    classes give the message; anything the explicit checks missed is reported as malformed input
+    (AnsibleError appends the cause's text)."""
+    known = (GpuopsError,) + tuple(known)
+
     def decorate(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):

@@ -18,11 +18,13 @@ from __future__ import annotations
 import hashlib
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+
 NAME_MAX = 63
 NODE_LABEL = "gpuops.nvidia/node"
 
 
-class JobsInputError(ValueError):
+class JobsInputError(InputError):
     """Names or resources of the wrong shape; the message says which."""
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _labels
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
 
 WORKLOADS = ("container", "vm-passthrough", "vm-vgpu")
 SANDBOX_MODES = ("kubevirt", "kata")
@@ -35,7 +36,7 @@ MIG_PRODUCTS = ("A100", "A30", "H100", "H200", "H800", "H20", "GH200", "B200", "
 DEFAULT_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
-class PlanError(ValueError):
+class LabelPlanError(InputError):
     """Invalid inventory input; ``errors`` lists every problem found, one per line."""
 
     def __init__(self, errors):
@@ -57,7 +58,7 @@ def deploy_components(workload, mig_capable=False, vgpu_host=False, sandbox_mode
         comps = ["sandbox-device-plugin", "vgpu-manager", "vgpu-device-manager", "sandbox-validator",
                  "cc-manager", "client"]
     else:
-        raise PlanError(["unknown workload kind {!r} (expected one of {})".format(workload, ", ".join(WORKLOADS))])
+        raise LabelPlanError(["unknown workload kind {!r} (expected one of {})".format(workload, ", ".join(WORKLOADS))])
     return sorted(comps)
 
 
@@ -81,22 +82,22 @@ def labels_from_inventory(gpu):
     if not gpu:
         return {}
     if not isinstance(gpu, dict):
-        raise PlanError(["gpu must be a mapping (product, count, memory_mib, ...), got {!r}".format(gpu)])
+        raise LabelPlanError(["gpu must be a mapping (product, count, memory_mib, ...), got {!r}".format(gpu)])
     raw = gpu.get("count", 1)
     try:
         if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
             raise ValueError(raw)
         count = int(raw) if isinstance(raw, float) else int(str(raw).strip())
     except ValueError:
-        raise PlanError(["gpu.count must be a whole number >= 1, got {!r}".format(raw)])
+        raise LabelPlanError(["gpu.count must be a whole number >= 1, got {!r}".format(raw)])
     if count < 1:
-        raise PlanError(["gpu.count must be >= 1, got {!r}".format(gpu.get("count"))])
+        raise LabelPlanError(["gpu.count must be >= 1, got {!r}".format(gpu.get("count"))])
     cc = gpu.get("compute_capability")
     if cc is not None and not re.match(r"^\d+(\.\d+)?\Z", str(cc)):
-        raise PlanError(["gpu.compute_capability must be major.minor like 9.0, got {!r}".format(cc)])
+        raise LabelPlanError(["gpu.compute_capability must be major.minor like 9.0, got {!r}".format(cc)])
     for key in ("product", "driver_version", "cuda_version", "machine"):
         if gpu.get(key) is not None and not isinstance(gpu.get(key), str):
-            raise PlanError(["gpu.{} must be a string, got {!r}".format(key, gpu.get(key))])
+            raise LabelPlanError(["gpu.{} must be a string, got {!r}".format(key, gpu.get(key))])
     one = {
         "product": gpu.get("product"),
         "memory_mib": gpu.get("memory_mib"),
@@ -149,16 +150,16 @@ def node_plan(nodes, current=None, options=None):
     ``device_plugin_configs`` (name -> config, to label sharing), ``state`` (present|absent).
 
     Returns ``{"nodes": [{name, labels, taints, workload, components}], "errors": []}``;
-    raises PlanError listing every invalid node.
+    raises LabelPlanError listing every invalid node.
     """
     if not isinstance(nodes, (list, tuple)):
-        raise PlanError(["nodes must be a list of node inputs (see k8s_node_inputs), got {!r}".format(nodes)])
+        raise LabelPlanError(["nodes must be a list of node inputs (see k8s_node_inputs), got {!r}".format(nodes)])
     if options is not None and not isinstance(options, dict):
-        raise PlanError(["options must be a mapping, got {!r}".format(options)])
+        raise LabelPlanError(["options must be a mapping, got {!r}".format(options)])
     if current is not None and (not isinstance(current, dict)
                                 or not all(isinstance(v, dict) or v is None for v in current.values())):
-        raise PlanError(["current must map node names to {{labels, taints}} (see k8s_node_current), got {!r}"
-                         .format(current)])
+        raise LabelPlanError(["current must map node names to {{labels, taints}} (see k8s_node_current), got {!r}"
+                              .format(current)])
     opts = dict(options or {})
     current = current or {}
     shape = []
@@ -171,7 +172,7 @@ def node_plan(nodes, current=None, options=None):
         if opts.get(key) is not None and not isinstance(opts[key], str):
             shape.append("options.{} must be a string, got {!r}".format(key, opts[key]))
     if shape:
-        raise PlanError(shape)
+        raise LabelPlanError(shape)
     state = opts.get("state", "present")
     default_workload = opts.get("default_workload") or "container"
     sandbox_mode = opts.get("sandbox_mode") or "kubevirt"
@@ -217,7 +218,7 @@ def node_plan(nodes, current=None, options=None):
         if not facts and node.get("gpu"):
             try:
                 facts = labels_from_inventory(node["gpu"])
-            except PlanError as e:
+            except LabelPlanError as e:
                 errors.extend(f"{name}: {m}" for m in e.errors)
                 continue
         gpu = is_gpu_node(facts)
@@ -267,7 +268,7 @@ def node_plan(nodes, current=None, options=None):
         plan.append({"name": name, "labels": labels, "taints": taints, "workload": workload,
                      "gpu": gpu, "components": comps})
     if errors:
-        raise PlanError(errors)
+        raise LabelPlanError(errors)
     return {"nodes": plan}
 
 

@@ -34,6 +34,7 @@ import re
 from collections.abc import Mapping
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _pci_ids
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
 
 NVIDIA_VENDOR = "10de"
 RESOURCE_DOMAIN = "nvidia.com"
@@ -54,7 +55,7 @@ _HEX_ID = re.compile(r"^[0-9a-fA-F]{4}\Z")
 _VGPU_TYPE = re.compile(r"^(?P<board>[A-Z0-9]+)-(?:[1-9]-)?(?:0|[1-9][0-9]*)[ABCQ](?:ME)?\Z")
 
 
-class KubeVirtInputError(ValueError):
+class KubeVirtInputError(InputError):
     """Input the KubeVirt planning refuses; the message says what and why."""
 
 

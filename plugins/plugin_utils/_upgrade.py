@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 # The values the GPU Operator's upgrade controller (k8s-operator-libs) writes to STATE_LABEL.
 STATES = (
@@ -32,7 +34,7 @@ _PERCENT = re.compile(r"^\s*(\d+)\s*%\s*$")
 _COUNT = re.compile(r"^\s*[+]?(\d+)\s*$")
 
 
-class UpgradeInputError(ValueError):
+class UpgradeInputError(InputError):
     """Input the upgrade refuses; the message says what and why."""
 
 

@@ -710,10 +710,10 @@ def _module_utils_cases():
     from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_jobs as kj
     from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_labels as kl
     return {
-        "node_plan: nodes a string": (kl.PlanError, kl.node_plan, ("node1",)),
-        "node_plan: current of strings": (kl.PlanError, kl.node_plan, ([{"name": "n"}], {"n": "x"})),
-        "node_plan: options a list": (kl.PlanError, kl.node_plan, ([], None, ["x"])),
-        "labels_from_inventory: count": (kl.PlanError, kl.labels_from_inventory, ({"count": "x"},)),
+        "node_plan: nodes a string": (kl.LabelPlanError, kl.node_plan, ("node1",)),
+        "node_plan: current of strings": (kl.LabelPlanError, kl.node_plan, ([{"name": "n"}], {"n": "x"})),
+        "node_plan: options a list": (kl.LabelPlanError, kl.node_plan, ([], None, ["x"])),
+        "labels_from_inventory: count": (kl.LabelPlanError, kl.labels_from_inventory, ({"count": "x"},)),
         "render: configs a string": (dp.ConfigError, dp.render, ("x",)),
         "mig validate_config: entry a number": (_mig.MigError, _mig.validate_config,
                                                 ({"version": "v1", "mig-configs": {"a": [5]}},)),
@@ -721,7 +721,7 @@ def _module_utils_cases():
         "outcomes: resources of ints": (kj.JobsInputError, kj.outcomes, ([5], [])),
         "diagnose: devices a string": (_doctor.DoctorInputError, _doctor.diagnose, ({"devices": "x"},)),
         "runtime_state: files a list": (_doctor.DoctorInputError, _doctor.runtime_pending, ({"files": ["x"]},)),
-        "check_facts: os a string": (_driver.PlanError, _driver.check_facts, ({"os": "ubuntu"},)),
+        "check_facts: os a string": (_driver.DriverPlanError, _driver.check_facts, ({"os": "ubuntu"},)),
         "parse_config: flags a string": (_labels.GFDConfigError, _labels.parse_config, ({"flags": "x"},)),
         "load_state: driver a path": (_vfio.VfioError, _vfio.load_state,
                                       ('{"devices": {"0000:41:00.0": {"original_driver": "../x"}}}',)),

@@ -81,7 +81,7 @@ def test_hgx_h100_nvswitch_gets_fabric_manager_matched_to_branch(roots):
 def test_workstation_debian12_secure_boot_without_mok_fails_early(roots):
     """RTX A6000 (Ampere) on Debian 12 with Secure Boot on and 550 proprietary loaded."""
     h = d.host_from_facts(facts(roots, "workstation"))
-    with pytest.raises(d.PlanError) as exc:
+    with pytest.raises(d.DriverPlanError) as exc:
         d.plan(h, {"branch": "535"})
     assert "Secure Boot is on" in str(exc.value)
     assert "mokutil --import /var/lib/dkms/mok.pub" in exc.value.remediation
@@ -131,7 +131,7 @@ def test_ubuntu_distro_dkms_desktop_proprietary_with_version_pin():
 
 
 def test_ubuntu_precompiled_always_on_custom_kernel_fails():
-    with pytest.raises(d.PlanError, match="no Canonical precompiled"):
+    with pytest.raises(d.DriverPlanError, match="no Canonical precompiled"):
         d.plan(host(release="6.18.44-custom"), {"branch": "580", "precompiled": "always"})
 
 
@@ -185,7 +185,7 @@ def test_rhel10_has_no_streams_and_distro_source_is_refused():
     assert p["repository"]["url"].endswith("/rhel10/x86_64/")
     assert d.plan(host(os_id="rhel", version_id="10.0"), {"version": "580.95.05"})["package_specs"] == [
         "nvidia-open-580.95.05", "nvidia-persistenced-580.95.05"]
-    with pytest.raises(d.PlanError, match="do not ship"):
+    with pytest.raises(d.DriverPlanError, match="do not ship"):
         d.plan(host(os_id="rhel", version_id="9.5"), {"branch": "580", "source": "distro"})
 
 
@@ -221,12 +221,12 @@ def test_debian12_distro_packages_repository_and_holds():
 
 def test_debian_distro_refusals():
     h = host(os_id="debian", version_id="12", release="6.1.0-28-amd64")
-    with pytest.raises(d.PlanError) as exc:
+    with pytest.raises(d.DriverPlanError) as exc:
         d.plan(h, {"branch": "580"})
     assert "ships driver branch 535" in str(exc.value) and "cuda_repo" in exc.value.remediation
-    with pytest.raises(d.PlanError, match="cannot install the open module"):
+    with pytest.raises(d.DriverPlanError, match="cannot install the open module"):
         d.plan(h, {"branch": "535", "kernel_module_type": "open"})
-    with pytest.raises(d.PlanError, match="no nvidia-fabricmanager"):
+    with pytest.raises(d.DriverPlanError, match="no nvidia-fabricmanager"):
         d.plan(host(os_id="debian", version_id="12", ccs=("7.0",), nvswitches=6), {"branch": "535"})
     p = d.plan(h, {"branch": "580", "source": "cuda_repo"})
     assert p["packages"][0] == "nvidia-open-580" and p["repository"]["url"].endswith("/debian12/x86_64/")
@@ -239,11 +239,11 @@ def test_debian13_distro_open():
 
 
 def test_unsupported_os_and_bad_branch():
-    with pytest.raises(d.PlanError, match="unsupported OS"):
+    with pytest.raises(d.DriverPlanError, match="unsupported OS"):
         d.plan(host(os_id="arch", version_id=""), {"branch": "580"})
-    with pytest.raises(d.PlanError, match="driver_branch"):
+    with pytest.raises(d.DriverPlanError, match="driver_branch"):
         d.plan(host(), {"branch": "latest"})
-    with pytest.raises(d.PlanError, match="not on branch"):
+    with pytest.raises(d.DriverPlanError, match="not on branch"):
         d.plan(host(), {"branch": "580", "version": "570.1.2"})
     assert d.os_family({"id": "linuxmint", "id_like": "ubuntu debian", "version_id": "22"})[0] == "ubuntu"
 
@@ -268,7 +268,7 @@ def test_module_type(requested, ccs, branch, expected):
     ("auto", [(7, 0)], "590", "not supported by branch 590"),
 ])
 def test_module_type_refusals(requested, ccs, branch, match):
-    with pytest.raises(d.PlanError, match=match):
+    with pytest.raises(d.DriverPlanError, match=match):
         d.resolve_module_type(requested, branch, ccs)
 
 
@@ -366,9 +366,9 @@ def test_target_kernel_running_newest_and_requested():
     rel, note = d.target_kernel("6.18.44-fc-v1147", ["6.1.0-9-amd64", "6.1.0-51-amd64", "6.12.0-1-amd64"])
     assert rel == "6.12.0-1-amd64" and "not installed in this root" in note and "6.18.44-fc-v1147" in note
     assert d.target_kernel("6.18.44", ["6.1.0-9-amd64"], "6.1.0-9-amd64")[0] == "6.1.0-9-amd64"
-    with pytest.raises(d.PlanError, match="is not installed here"):
+    with pytest.raises(d.DriverPlanError, match="is not installed here"):
         d.target_kernel("6.18.44", ["6.1.0-9-amd64"], "6.99.0-1-amd64")
-    with pytest.raises(d.PlanError, match="is not a kernel release"):
+    with pytest.raises(d.DriverPlanError, match="is not a kernel release"):
         d.target_kernel("6.18.44", [], "6.1.0 ;reboot")
 
 
@@ -414,12 +414,12 @@ def test_signing_generated_given_and_refused():
     existing = host(os_id="debian", version_id="12", release="6.1.0-28-cloud-amd64", ccs=(),
                     mok={"key_path": "/var/lib/dkms/mok.pub", "key_present": True, "enrolled": None})
     assert d.plan(existing, {"branch": "535", "secure_boot_mok": True, "mok_generate": False})["signing"]["generate"] is False
-    with pytest.raises(d.PlanError, match="no signing key exists"):
+    with pytest.raises(d.DriverPlanError, match="no signing key exists"):
         d.plan(h, {"branch": "535", "secure_boot_mok": True, "mok_generate": False})
     for bad in ("/tmp/k;reboot", "relative/key", "/tmp/$(id)", "/tmp/a b"):
-        with pytest.raises(d.PlanError, match="must be an absolute path"):
+        with pytest.raises(d.DriverPlanError, match="must be an absolute path"):
             d.plan(h, {"branch": "535", "secure_boot_mok": True, "mok_key": bad, "mok_cert": "/tmp/c.der"})
-    with pytest.raises(d.PlanError, match="go together"):
+    with pytest.raises(d.DriverPlanError, match="go together"):
         d.plan(h, {"branch": "535", "secure_boot_mok": True, "mok_key": "/tmp/k"})
     # Secure Boot on and the key enrolled already: nothing to plan
     on = host(os_id="debian", version_id="12", release="6.1.0-28-cloud-amd64", ccs=(), secure_boot=True,

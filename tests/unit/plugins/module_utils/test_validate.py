@@ -134,7 +134,7 @@ def test_ctypes_nvml_wrapper():
     gpus, version, source = v.nvml_gpus(lambda: [(v.CtypesNVML(FakeNVMLLib()), "libnvidia-ml.so.1")])
     assert version == "580.159.04" and source == "libnvidia-ml.so.1"
     assert gpus == [{"index": 0, "uuid": "GPU-0", "name": "NVIDIA H200"}, {"index": 1, "uuid": "GPU-1", "name": "NVIDIA H200"}]
-    with pytest.raises(v.NVMLError, match=r"nvmlInit_v2: Driver Not Loaded \(NVML return 9\)"):
+    with pytest.raises(v.NvmlCallError, match=r"nvmlInit_v2: Driver Not Loaded \(NVML return 9\)"):
         v.nvml_gpus(lambda: [(v.CtypesNVML(FakeNVMLLib(fail_init=9)), "libnvidia-ml.so.1")])
 
 
@@ -512,5 +512,5 @@ def test_ctypes_nvml_through_a_c_library(tmp_path):
     assert version == "580.159.04"
     assert [g["uuid"] for g in gpus] == ["GPU-00000000-65a0-0fb7-6602-4823e36b7ca8", "GPU-00000001-65a0-0fb7-6602-4823e36b7ca8"]
     lib.fake_fail_init(1)
-    with pytest.raises(v.NVMLError, match=r"nvmlInit_v2: Driver Not Loaded \(NVML return 9\)"):
+    with pytest.raises(v.NvmlCallError, match=r"nvmlInit_v2: Driver Not Loaded \(NVML return 9\)"):
         v.nvml_gpus(lambda: [(v.CtypesNVML(ctypes.CDLL(out)), out)])

@@ -66,7 +66,7 @@ def test_mode_is_enforced_when_the_content_does_not_change(root, tmp_path, capsy
     content = spec.read_bytes()
     rc, res = cdi(capsys, root=root, path=str(spec), mode="0640", _ansible_check_mode=True, _ansible_diff=True)
     assert res["changed"] and mode_of(spec) == 0o644                  # check mode: said, not done
-    assert "0644" in res["diff"]["before_header"] and "0640" in res["diff"]["after_header"]
+    assert "0644" in res["diff"][0]["before_header"] and "0640" in res["diff"][0]["after_header"]
     rc, res = cdi(capsys, root=root, path=str(spec), mode="0640")
     assert rc == 0 and res["changed"] and mode_of(spec) == 0o640 and spec.read_bytes() == content
     rc, res = cdi(capsys, root=root, path=str(spec), mode="0640")

@@ -462,7 +462,7 @@ def test_cdi_spec_absent_removes_only_the_spec(tmp_path, capsys):
     rc, res = call(capsys, cdi_spec.main, {"path": str(spec), "state": "absent",
                                            "_ansible_check_mode": True, "_ansible_diff": True})
     assert res["changed"] and spec.exists()
-    assert res["diff"]["before"].startswith("cdiVersion") and res["diff"]["after"] == ""
+    assert res["diff"][0]["before"].startswith("cdiVersion") and res["diff"][0]["after"] == ""
     rc, res = call(capsys, cdi_spec.main, {"path": str(spec), "state": "absent", "_ansible_diff": True})
     assert rc == 0 and res["changed"] and res["path"] == str(spec)
     assert not spec.exists() and other.exists() and cdi.is_dir()

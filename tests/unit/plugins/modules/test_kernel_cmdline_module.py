@@ -131,7 +131,7 @@ def test_pending_regeneration_in_check_mode_reports_change_and_runs_nothing(tmp_
     dropin = open(host.dropin).read()
     res = call(capsys, GRUB, check=True, diff=True)
     assert res["changed"] is True and res["regenerated"] is False and len(host.regens) == 1
-    assert res["diff"]["before"] == res["diff"]["after"] == dropin
+    assert res["diff"][0]["before"] == res["diff"][0]["after"] == dropin
     assert os.path.exists(host.marker) and open(host.dropin).read() == dropin
 
 

@@ -27,7 +27,8 @@ def test_check_mode_and_diff_then_apply_then_idempotent(capsys, monkeypatch):
     rc, out = run_module(capsys, mig_config.main, {"config": CONFIG, "name": "all-balanced",
                                                    "_ansible_check_mode": True, "_ansible_diff": True})
     assert rc == 0 and out["changed"] is True and sim.writes() == []
-    assert "MIG disabled" in out["diff"]["before"] and "3g.71gb@4" in out["diff"]["after"]
+    assert [d["before_header"] for d in out["diff"]] == ["MIG layout"]
+    assert "MIG disabled" in out["diff"][0]["before"] and "3g.71gb@4" in out["diff"][0]["after"]
     rc, out = run_module(capsys, mig_config.main, {"config": CONFIG, "name": "all-balanced"})
     assert rc == 0 and out["changed"] is True and out["gpus"][0]["verified"] is True and "diff" not in out
     rc, out = run_module(capsys, mig_config.main, {"config": CONFIG, "name": "all-balanced"})

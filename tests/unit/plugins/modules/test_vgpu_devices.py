@@ -59,8 +59,8 @@ def test_vendor_vfio_types_per_vf_then_idempotent(host, capsys):
     assert (gpu["index"], gpu["interface"], gpu["before"], gpu["after"]) == (0, "vendor-vfio", {}, {"L40S-4Q": 6})
     assert host.vgpu_types(pf) == {vf: 1150 for vf in vfs[:6]}
     assert list(host.writes) == [("sys/bus/pci/devices/%s/nvidia/current_vgpu_type" % vf, "1150") for vf in vfs[:6]]
-    assert res["diff"]["before"] == "GPU 0 (0000:41:00.0, 10de:26b9): no vGPU\n"
-    assert res["diff"]["after"] == "GPU 0 (0000:41:00.0, 10de:26b9): L40S-4Q x6\n"
+    assert res["diff"][0]["before"] == "GPU 0 (0000:41:00.0, 10de:26b9): no vGPU\n"
+    assert res["diff"][0]["after"] == "GPU 0 (0000:41:00.0, 10de:26b9): L40S-4Q x6\n"
     writes = list(host.writes)
     again = run(capsys, host, config=cfg(every({"L40S-4Q": 6})))
     assert not again["changed"] and host.writes == writes and again["gpus"][0]["after"] == {"L40S-4Q": 6}

@@ -136,12 +136,12 @@ def test_mps_config_sets_the_labels_gfd_sets():
     ({"name": "n", "gpu": L40S, "workload": "vm-vgpu", "mig_config": "x"}, {}, "apply to container nodes"),
 ])
 def test_bad_input_refused(node, opts, match):
-    with pytest.raises(kl.PlanError, match=match):
+    with pytest.raises(kl.LabelPlanError, match=match):
         kl.node_plan([node], None, opts)
 
 
 def test_every_error_reported_at_once():
-    with pytest.raises(kl.PlanError) as e:
+    with pytest.raises(kl.LabelPlanError) as e:
         kl.node_plan([{"name": "a", "gpu": L40S, "workload": "x"}, {"name": "b", "gpu": L40S, "workload": "y"}])
     assert len(e.value.errors) == 2
 
