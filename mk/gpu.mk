@@ -7,7 +7,8 @@
 .PHONY: gpu-bundle test-gpu test-gpu-bundle
 
 gpu-bundle: venv install ## build and pack what the GPU node lane carries (.gpu-bundle/)
-	bash tests/lab/gpu/build.sh
+	@# one containerd and one toolkit version for both lanes (mk/runtime.mk names them)
+	CONTAINERD_VERSION=$(CONTAINERD2_VERSION) NVIDIA_CTK_VERSION=$(NVIDIA_CTK_VERSION) bash tests/lab/gpu/build.sh
 
 test-gpu: ## run ON the GPU machine: the GPU node lane (needs .gpu-bundle and .collections)
 	bash tests/lab/gpu/run.sh
