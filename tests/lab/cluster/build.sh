@@ -20,10 +20,10 @@ ETCD_VERSION=${ETCD_VERSION:-v3.7.0}   # the etcd client/server that k8s v1.37 i
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}   # v3: the major kubernetes.core 6.x helm modules drive
 KUBEVIRT_VERSION=${KUBEVIRT_VERSION:-v1.9.0}   # CRDs only (kubevirt_crds.py): the KubeVirt role's schema
+HERE=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-$HERE/../../../.venv/bin/python}
 NICE=${NICE:-10}
 
-HERE=$(cd "$(dirname "$0")" && pwd)
 CACHE=${GPUOPS_CACHE:-$HOME/.cache/gpuops}
 BIN=$CACHE/cluster/bin
 WORK=$CACHE/cluster/gomod
