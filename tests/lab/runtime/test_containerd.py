@@ -237,7 +237,7 @@ def test_signal_mode_under_a_supervisor(ansible, containerd):
         args = containerd.module_args(restart_mode="signal", pid_file=os.path.join(containerd.dir, "pid"))
         del args["restart_command"]
         res = ansible.module("gpuops.nvidia.container_runtime", args)
-        assert res["changed"] and res["restarted"] and not res.get("failed"), res
+        assert res["changed"] and res["restarted"] and not res.get("failed"), (res.get("msg"), res)
         assert containerd.pid() != old and containerd.cri_ok()
         rt = cri(containerd.dump())["containerd"]["runtimes"]
         assert rt["nvidia"]["options"]["BinaryName"] == NVIDIA_BIN
