@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 from conftest import fixture_text
 
@@ -230,7 +231,10 @@ def test_signal_mode_under_a_supervisor(ansible, containerd):
     with open(sup, "w") as f:
         f.write(SUPERVISOR_SH % {"dir": containerd.dir, "binary": containerd.binary})
     os.chmod(sup, 0o755)
-    proc = subprocess.Popen(["setsid", sup], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # SIGHUP at its default action, as systemd starts a daemon: an ignored SIGHUP is inherited through exec, so
+    # under nohup (or any runner that ignores it) containerd would outlive the module's signal
+    proc = subprocess.Popen(["setsid", sup], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
         containerd.wait_ready()
         old = containerd.pid()
