@@ -112,6 +112,18 @@ def read_text(path):
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def on_host(root):
+    """True when a module works on the real root (``root`` "/" or ""), not on a node-root tree under it: only
+    then does it run tools that change the host or need root."""
+    return root in ("/", "")
+
+
+def require_root(module, name):
+    """Fail before anything is read or changed when a module that edits the host does not run as root."""
+    if os.geteuid() != 0 and on_host(module.params["root"]):
+        module.fail_json(msg="%s must run as root (become: true)" % name)
+
+
 def path_problem(value, option):
     """Why ``value`` is not an absolute path for ``option``, or None."""
     if value is None or value == "":

@@ -161,9 +161,11 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import Gpuop
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     ensure_file,
     file_locks,
+    on_host,
     path_problem,
     read_text,
     remove_file,
+    require_root,
     target_problem,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import sysfs_path
@@ -190,12 +192,8 @@ def argument_spec():
     )
 
 
-def _on_host(root):
-    return root in ("/", "")
-
-
 def _target(root, path):
-    return path if _on_host(root) else sysfs_path(root, path)
+    return path if on_host(root) else sysfs_path(root, path)
 
 
 def _plan(module):
@@ -282,7 +280,7 @@ def _run_locked(module, root, pl):
             diffs.append(r["diff"])
 
     notes = list(pl["notes"])
-    if files.get(SYSTEMD_UNIT) and not module.check_mode and _on_host(root):
+    if files.get(SYSTEMD_UNIT) and not module.check_mode and on_host(root):
         # the unit is enabled for the next boot (the counts are already set, above); a removed unit's wants link goes
         if pl["files"][SYSTEMD_UNIT] is None:
             link = "/etc/systemd/system/multi-user.target.wants/%s" % UNIT_NAME
@@ -304,8 +302,7 @@ def _run_locked(module, root, pl):
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if os.geteuid() != 0 and _on_host(module.params["root"]):
-        module.fail_json(msg="sriov_vfs must run as root (become: true)")
+    require_root(module, "sriov_vfs")
     run(module)
 
 

@@ -182,9 +182,11 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     ensure_file,
     file_locks,
     mark_pending,
+    on_host,
     path_problem,
     read_text,
     remove_file,
+    require_root,
     target_problem,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import read_pci_devices, sysfs_path
@@ -218,11 +220,6 @@ def argument_spec():
 
 def _target_path(root, path):
     return path if root in ("/", "") else sysfs_path(root, path)
-
-
-def _on_host(root):
-    """Tools that change the host (the initramfs) run only when the module works on the real root."""
-    return root in ("/", "")
 
 
 def _update_initramfs(module):
@@ -404,7 +401,7 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
 
     pending = os.path.exists(marker) or (module.check_mode and modprobe_changed)
     initramfs = False
-    if pending and p["update_initramfs"] and _on_host(root):
+    if pending and p["update_initramfs"] and on_host(root):
         if not module.check_mode:
             initramfs = _update_initramfs(module)
             if initramfs:
@@ -417,7 +414,7 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
                 "vfio": is_vfio_driver(after[b]["driver"])}
                for b in pl["selected"] if b in after]
     changed = bool(pl["actions"]) or any(files.values()) or initramfs or (
-        module.check_mode and pending and p["update_initramfs"] and _on_host(root))
+        module.check_mode and pending and p["update_initramfs"] and on_host(root))
     result = dict(changed=changed, devices=devices, groups=pl["groups"], actions=pl["actions"], files=files,
                   vfio_devices=vfio_dev_nodes(root, pl["groups"]) if p["state"] == "present" else {},
                   initramfs_updated=initramfs, initramfs_pending=pending, deferred=pl["deferred"],
@@ -429,8 +426,7 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if os.geteuid() != 0 and module.params["root"] in ("/", ""):
-        module.fail_json(msg="vfio_pci must run as root (become: true)")
+    require_root(module, "vfio_pci")
     run(module)
 
 

@@ -129,8 +129,10 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import Gpuop
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     ensure_file,
     file_lock,
+    on_host,
     path_problem,
     read_text,
+    require_root,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import sysfs_path
 from ansible_collections.gpuops.nvidia.plugins.module_utils._vgpu import (
@@ -159,10 +161,6 @@ def argument_spec():
     )
 
 
-def _on_host(root):
-    return root in ("/", "")
-
-
 def _lines(gpu, counts):
     return "%s: %s\n" % (label(gpu), ", ".join("%s x%d" % kv for kv in sorted(counts.items())) or "no vGPU")
 
@@ -178,7 +176,7 @@ def run(module):
     if p["state"] == "present" and p["config"] is None:
         module.fail_json(msg="config is required with state=present (the vGPU device manager's config: version: v1, "
                              "vgpu-configs: {NAME: [{devices: all, vgpu-devices: {TYPE: count}}]})")
-    cache_path = p["name_cache"] if _on_host(root) else sysfs_path(root, p["name_cache"])
+    cache_path = p["name_cache"] if on_host(root) else sysfs_path(root, p["name_cache"])
     locks = contextlib.ExitStack()
     if not module.check_mode:     # one run at a time per host: the cache's lock
         try:
@@ -237,8 +235,7 @@ def _run_locked(module, root, cache_path):
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if os.geteuid() != 0 and _on_host(module.params["root"]):
-        module.fail_json(msg="vgpu_devices must run as root (become: true)")
+    require_root(module, "vgpu_devices")
     run(module)
 
 

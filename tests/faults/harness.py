@@ -261,11 +261,11 @@ def _setup_vfio(opts):
     v = sys.modules[UTILS + "_vfio"]
     vm = sys.modules[MODULES + "vfio_pci"]
     _require(v, "_write", "WAIT_TIMEOUT")
-    _require(vm, "_on_host")
+    _require(vm, "on_host")
     kernel = _Kernel(opts["root"], v)
     v._write = kernel.write
     v.WAIT_TIMEOUT = 0.2
-    vm._on_host = lambda root: True            # regenerate the initramfs (a logging stand-in) for the fake root
+    vm.on_host = lambda root: True            # regenerate the initramfs (a logging stand-in) for the fake root
     tools = {"update-initramfs": opts["update_initramfs"]}
     real = AnsibleModule.get_bin_path
     AnsibleModule.get_bin_path = lambda self, name, required=False, opt_dirs=None: (

@@ -227,7 +227,7 @@ def test_failed_initramfs_regeneration_is_retried(nv, capsys, monkeypatch):
             module.fail_json(msg="update-initramfs -u failed (rc=1): out of space on /boot")
         return True
     monkeypatch.setattr(vfio_pci, "_update_initramfs", regenerate)
-    monkeypatch.setattr(vfio_pci, "_on_host", lambda r: True, raising=False)
+    monkeypatch.setattr(vfio_pci, "on_host", lambda r: True)
     args = {"devices": ["0000:41:00.0"], "root": root}
     first = call(capsys, args)
     assert first.get("failed") is True and len(runs) == 1, first
