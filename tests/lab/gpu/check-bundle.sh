@@ -26,8 +26,12 @@ expect kubelet "$V_kubelet" --version
 expect nvidia-device-plugin "${V_k8s_device_plugin}" --version
 expect gpu-feature-discovery "${V_k8s_device_plugin}" --version
 expect busybox "BusyBox" --help
-if "$T/gpu-feature-discovery" --help 2>&1 | grep -q -- '--output-file'; then ok "gpu-feature-discovery keeps --output-file"; else bad "gpu-feature-discovery lost --output-file"; fi
-file "$T/pause" 2>/dev/null | grep -q 'statically linked' && ok "pause is static" || bad "pause is not static"
+# output captured first: with pipefail, grep -q quitting at its first match leaves the writer to die of
+# SIGPIPE and the pipeline fails even though the flag is there (CI run of stop 21)
+gfd_help=$("$T/gpu-feature-discovery" --help 2>&1 || true)
+if grep -q -- '--output-file' <<<"$gfd_help"; then ok "gpu-feature-discovery keeps --output-file"; else bad "gpu-feature-discovery lost --output-file"; fi
+pause_file=$(file "$T/pause" 2>/dev/null || true)
+grep -q 'statically linked' <<<"$pause_file" && ok "pause is static" || bad "pause is not static"
 (cd "$BUNDLE" && sha256sum -c --quiet SHA256SUMS) && ok "toolkit archive checksum" || bad "toolkit archive checksum"
 members=$(tar -tJf "$BUNDLE"/nvidia-container-toolkit_*_linux_amd64.tar.xz | grep -v '/$' | sort | tr '\n' ' ')
 [[ $members == "usr/bin/nvidia-cdi-hook usr/bin/nvidia-container-runtime usr/bin/nvidia-ctk " ]] &&
