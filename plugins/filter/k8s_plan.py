@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ansible.errors import AnsibleFilterError, AnsibleUndefinedVariable
-from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import refusing
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import hostvar, refusing
 from ansible_collections.gpuops.nvidia.plugins.module_utils import (
     _k8s_device_plugin as dp,
 )
@@ -108,14 +108,6 @@ def _plan(plan):
 _IMAGE_PART = re.compile(r"^[^\s\x00-\x1f\x7f]+\Z")
 
 
-def _get(hv, key, default=None):
-    try:
-        value = hv.get(key, default)
-    except AnsibleUndefinedVariable:  # a host var that templates to something undefined
-        return default
-    return default if value is None else value
-
-
 @_refusing
 def k8s_node_inputs(hosts, hostvars):
     """Inventory hosts -> node plan inputs (reads only the keys the plan needs)."""
@@ -126,17 +118,17 @@ def k8s_node_inputs(hosts, hostvars):
         if host not in hostvars:
             raise _Refused("host %s is not in hostvars" % host)
         hv = _mapping(hostvars[host], "hostvars[%r]" % host, optional=False)
-        facts = _mapping(_get(hv, "ansible_facts", {}), "hostvars[%r].ansible_facts" % host)
+        facts = _mapping(hostvar(hv, "ansible_facts", {}), "hostvars[%r].ansible_facts" % host)
         gpu_facts = _mapping(facts.get("gpu"), "hostvars[%r].ansible_facts.gpu" % host)
-        labels = dict(gpu_facts.get("labels") or _get(hv, "gpuops_gpu_node_labels", {}) or {})
+        labels = dict(gpu_facts.get("labels") or hostvar(hv, "gpuops_gpu_node_labels", {}) or {})
         out.append({
-            "name": _get(hv, "gpuops_k8s_node_name", host),
-            "workload": _get(hv, "gpu_workload"),
+            "name": hostvar(hv, "gpuops_k8s_node_name", host),
+            "workload": hostvar(hv, "gpu_workload"),
             "labels": labels,
-            "gpu": _get(hv, "gpuops_gpu_inventory"),
-            "device_plugin_config": _get(hv, "gpuops_device_plugin_config"),
-            "mig_config": _get(hv, "gpuops_mig_config"),
-            "extra_labels": _get(hv, "gpuops_k8s_node_labels", {}),
+            "gpu": hostvar(hv, "gpuops_gpu_inventory"),
+            "device_plugin_config": hostvar(hv, "gpuops_device_plugin_config"),
+            "mig_config": hostvar(hv, "gpuops_mig_config"),
+            "extra_labels": hostvar(hv, "gpuops_k8s_node_labels", {}),
         })
     return out
 

@@ -12,41 +12,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ansible.errors import AnsibleUndefinedVariable
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _kubevirt as kv
-from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import refusing
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils._filters import hostvar, refusing
 
 _refusing = refusing()
-
-
-def _get(hv, key, default=None):
-    try:
-        value = hv.get(key, default)
-    except AnsibleUndefinedVariable:  # a host var that templates to something undefined
-        return default
-    return default if value is None else value
 
 
 def _node(host, hv, default_workload):
     if not isinstance(hv, Mapping):
         raise kv.KubeVirtInputError("hostvars[%r] must be a mapping, got %r" % (host, hv))
-    facts = _get(hv, "ansible_facts", {}) or {}
+    facts = hostvar(hv, "ansible_facts", {}) or {}
     gpu_facts = facts.get("gpu") if isinstance(facts, Mapping) else None
     devices = gpu_facts.get("devices") if isinstance(gpu_facts, Mapping) else None
-    declared = _get(hv, "gpuops_gpu_inventory")
-    workload = _get(hv, "gpu_workload")
+    declared = hostvar(hv, "gpuops_gpu_inventory")
+    workload = hostvar(hv, "gpu_workload")
     if isinstance(workload, (list, tuple)) and len(set(workload)) == 1:
         workload = list(workload)[0]  # the node plan refuses two kinds; one kind twice is that kind
     if workload in (None, "") and (devices or declared):
         workload = default_workload
     return {
-        "name": _get(hv, "gpuops_k8s_node_name", host),
+        "name": hostvar(hv, "gpuops_k8s_node_name", host),
         "workload": workload,
         "devices": devices,
         "gpu": declared,
-        "extra_labels": _get(hv, "gpuops_k8s_node_labels", {}),
-        "vgpu_config": _get(hv, "gpuops_vgpu_device_manager_config"),
-        "vgpu_default_config": _get(hv, "gpuops_vgpu_default_config"),
+        "extra_labels": hostvar(hv, "gpuops_k8s_node_labels", {}),
+        "vgpu_config": hostvar(hv, "gpuops_vgpu_device_manager_config"),
+        "vgpu_default_config": hostvar(hv, "gpuops_vgpu_default_config"),
     }
 
 

@@ -35,3 +35,10 @@ def entries(*parts):
                 raise ValueError("diff entry without %s: %r" % (", ".join(missing), item))
             out.append({k: item[k] for k in KEYS})
     return out
+
+
+def exit_json(module, result, *parts):
+    """End the module run with ``result``; in diff mode its ``diff`` is entries(*parts)."""
+    if module._diff:
+        result["diff"] = entries(*parts)
+    module.exit_json(**result)

@@ -40,6 +40,7 @@ import tempfile
 import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import HostError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import host_path
 
 # where lock files live; the first usable one wins (GPUOPS_LOCK_DIR overrides)
 LOCK_DIRS = ("/run/lock/gpuops", "/var/lock/gpuops")
@@ -119,9 +120,22 @@ def on_host(root):
 
 
 def require_root(module, name):
-    """Fail before anything is read or changed when a module that edits the host does not run as root."""
+    """Fail before anything is read or changed when a module that edits the host does not run as root;
+    returns ``module``."""
     if os.geteuid() != 0 and on_host(module.params["root"]):
         module.fail_json(msg="%s must run as root (become: true)" % name)
+    return module
+
+
+def check_paths(module, *options):
+    """Fail before anything is read when the module's ``root`` or one of its path ``options`` (names of module
+    parameters) is not an absolute path, or ``root`` is not a directory."""
+    p = module.params
+    problems = [x for x in (path_problem(p[o], o) for o in ("root",) + options) if x]
+    if problems:
+        module.fail_json(msg="; ".join(problems))
+    if not os.path.isdir(p["root"]):
+        module.fail_json(msg="root %s is not a directory" % p["root"])
 
 
 def path_problem(value, option):
@@ -246,6 +260,19 @@ def file_locks(paths, enabled=True, timeout=LOCK_TIMEOUT):
         for lp in sorted(seen):
             stack.enter_context(file_lock(seen[lp], timeout=timeout))
         yield sorted(seen)
+
+
+def run_locks(module, paths, what=None):
+    """The locks of ``paths`` (see file_locks) for a module run that changes them, none in check mode: a context
+    manager, taken already.  A lock that cannot be taken fails the module ("cannot lock WHAT: ...; nothing was
+    changed"; ``what`` defaults to the paths)."""
+    locks = contextlib.ExitStack()
+    if not module.check_mode:
+        try:
+            locks.enter_context(file_locks(paths))
+        except OSError as exc:
+            module.fail_json(msg="cannot lock %s: %s; nothing was changed" % (", ".join(paths) if what is None else what, exc))
+    return locks
 
 
 # -- writing ----------------------------------------------------------------------
@@ -577,3 +604,24 @@ def remove_file(module, path, backup=False, backup_dir=None):
                 result["backup_file"] = backup_copy(module, path, backup_dir)
             os.unlink(path)
         return result
+
+
+def write_planned_files(module, root, planned, files, diffs, actions, what):
+    """Write the persistence files a run planned, after it changed the runtime state (``actions``).
+
+    ``planned``: {host path: content}, written in its order (under the node-root tree ``root``, see host_path), mode
+    0644; content None removes the file.  ``files[path]`` becomes True when the file changed (or had already, in this
+    run); each file's diff is appended to ``diffs``.  A file that cannot be written fails the module: ``what`` (the
+    runtime state, e.g. "the drivers") is as reported in actions, but not persistent.  Returns ``files``."""
+    for path, content in planned.items():
+        target = host_path(root, path)
+        try:
+            r = remove_file(module, target) if content is None else ensure_file(module, target, content, mode=0o644)
+        except OSError as exc:
+            module.fail_json(msg="cannot write %s: %s; %s are as reported in actions, but their persistence "
+                                 "across reboots is incomplete: fix the file and rerun" % (target, exc, what),
+                             changed=bool(actions) or any(files.values()), actions=actions, files=files)
+        files[path] = files.get(path, False) or r["changed"]
+        if r.get("diff"):
+            diffs.append(r["diff"])
+    return files

@@ -16,6 +16,10 @@ import re
 
 NVIDIA_VENDOR = "10de"
 BDF_RE = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+#: a vendor:device ID in a module's ``devices`` list
+DEVICE_ID_RE = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{4})$")
+#: the ``devices`` item that names every NVIDIA GPU of the host
+ALL_NVIDIA = "all_nvidia"
 
 #: bound drivers that mean "reserved for a VM", not usable by the host
 VFIO_DRIVERS = ("vfio-pci", "nvgrace_gpu_vfio_pci", "nvgrace-gpu-vfio-pci", "pci-stub")
@@ -31,6 +35,50 @@ def normalize_bdf(bdf):
 
 def sysfs_path(root, *parts):
     return os.path.join(root or "/", *[p.lstrip("/") for p in parts])
+
+
+def host_path(root, path):
+    """Where a module finds the host file ``path``: ``path`` itself on the real root (``root`` "/" or ""), else the
+    same path under the node-root tree ``root``."""
+    return path if root in ("/", "") else sysfs_path(root, path)
+
+
+def resolve_device_items(devices, by_bdf, all_nvidia, error, example_id, keep=None):
+    """The user's ``devices`` list (PCI addresses, vendor:device IDs, ``all_nvidia``) as ``(item, BDFs)`` pairs, in
+    its order.
+
+    ``all_nvidia()`` gives the BDFs of ``all_nvidia`` (and may raise); a vendor:device ID names every function of
+    ``by_bdf`` with that ID that ``keep(dev)`` accepts (all when ``keep`` is None).  Raises ``error`` naming every
+    malformed item (the message shows ``example_id`` as an ID), then every item that names nothing on the host.
+    """
+    out, bad, missing = [], [], []
+    for item in devices:
+        item = str(item).strip()
+        if item == ALL_NVIDIA:
+            out.append((item, all_nvidia()))
+            continue
+        m = DEVICE_ID_RE.match(item)
+        if m:
+            vendor, device = m.group(1).lower(), m.group(2).lower()
+            found = sorted(b for b, d in by_bdf.items() if d.get("vendor_id") == vendor and d.get("device_id") == device
+                           and (keep is None or keep(d)))
+            if not found:
+                missing.append(item)
+            out.append((item, found))
+            continue
+        bdf = normalize_bdf(item)
+        if bdf is None:
+            bad.append(item)
+        elif bdf not in by_bdf:
+            missing.append(item)
+        else:
+            out.append((item, [bdf]))
+    if bad:
+        raise error("malformed device(s) %s: use a PCI address like 0000:41:00.0 (or 41:00.0), a vendor:device "
+                    "ID like %s, or all_nvidia" % (", ".join(repr(b) for b in bad), example_id))
+    if missing:
+        raise error("device(s) not present on this host: %s (see lspci -Dnn)" % ", ".join(missing))
+    return out
 
 
 def read_attr(path, warnings=None):

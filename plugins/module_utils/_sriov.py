@@ -37,9 +37,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import (
     is_gpu_class,
     link_name,
     list_bdfs,
-    normalize_bdf,
     read_attr,
     read_pci_device,
+    resolve_device_items,
     sysfs_path,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import ApplyError, InputError
@@ -49,10 +49,8 @@ SYSTEMD_UNIT = "/etc/systemd/system/gpuops-sriov-vfs.service"
 UNIT_NAME = "gpuops-sriov-vfs.service"
 SRIOV_MANAGE = "/usr/lib/nvidia/sriov-manage"
 METHODS = ("auto", "sysfs", "sriov-manage")
-ALL_NVIDIA = "all_nvidia"
 MAX = "max"
 HEADER = "# Managed by gpuops.nvidia.sriov_vfs -- do not edit.\n"
-ID_RE = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{4})$")
 _BDF = r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
 UDEV_RE = re.compile(r'^ACTION=="add\|bind", SUBSYSTEM=="pci", KERNEL=="(%s)", DRIVER=="([A-Za-z0-9_.-]+)", '
                      r'ATTR\{sriov_numvfs\}="([0-9]+)"$' % _BDF, re.M)
@@ -221,37 +219,18 @@ def resolve_devices(root, devices):
     than Ampere have no SR-IOV).  An address or ID naming a function without SR-IOV, or a VF, is refused.
     """
     by_bdf = {b: read_pci_device(root, b) for b in list_bdfs(root)}
-    out, bad, missing, not_sriov, vfs = [], [], [], [], []
+    not_sriov, vfs = [], []
 
     def sriov_total(d):
         return (d.get("sriov") or {}).get("total_vfs") or 0
 
-    for item in devices:
-        item = str(item).strip()
-        if item == ALL_NVIDIA:
-            out.extend(sorted(b for b, d in by_bdf.items() if d.get("vendor_id") == NVIDIA_VENDOR
-                              and is_gpu_class(d.get("class_id")) and not d.get("physfn") and sriov_total(d) > 0))
-            continue
-        m = ID_RE.match(item)
-        if m:
-            found = sorted(b for b, d in by_bdf.items() if d.get("vendor_id") == m.group(1).lower()
-                           and d.get("device_id") == m.group(2).lower() and not d.get("physfn"))
-            if not found:
-                missing.append(item)
-            out.extend(found)
-            continue
-        bdf = normalize_bdf(item)
-        if bdf is None:
-            bad.append(item)
-        elif bdf not in by_bdf:
-            missing.append(item)
-        else:
-            out.append(bdf)
-    if bad:
-        raise SriovError("malformed device(s) %s: use a PCI address like 0000:41:00.0 (or 41:00.0), a vendor:device "
-                         "ID like 10de:2236, or all_nvidia" % ", ".join(repr(b) for b in bad))
-    if missing:
-        raise SriovError("device(s) not present on this host: %s (see lspci -Dnn)" % ", ".join(missing))
+    def all_nvidia():
+        return sorted(b for b, d in by_bdf.items() if d.get("vendor_id") == NVIDIA_VENDOR
+                      and is_gpu_class(d.get("class_id")) and not d.get("physfn") and sriov_total(d) > 0)
+
+    out = [b for _item, found in resolve_device_items(devices, by_bdf, all_nvidia, SriovError, "10de:2236",
+                                                      keep=lambda d: not d.get("physfn"))
+           for b in found]
     seen = []
     for b in out:
         if b in seen:

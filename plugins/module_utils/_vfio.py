@@ -27,18 +27,17 @@ import re
 import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import (
+    ALL_NVIDIA,
     NVIDIA_VENDOR,
     is_bridge,
-    normalize_bdf,
     read_iommu_groups,
     read_pci_devices,
+    resolve_device_items,
     sysfs_path,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import ApplyError, InputError
 
 VFIO_DRIVER = "vfio-pci"
-ID_RE = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{4})$")
-ALL_NVIDIA = "all_nvidia"
 
 STATE_FILE = "/etc/gpuops/vfio-pci.json"
 UDEV_RULES = "/etc/udev/rules.d/40-gpuops-vfio-pci.rules"
@@ -173,40 +172,16 @@ def resolve_requested(devices, by_bdf):
     PCI bridges (class 0x06xx but 0x0680, which NVSwitches use) are refused: a bridge is never bound to
     vfio-pci (its group's endpoints are), and naming one used to move the GPU behind it instead.
     """
-    out = []
-    bad, missing, bridges = [], [], []
-    for item in devices:
-        item = str(item).strip()
-        if item == ALL_NVIDIA:
-            found = [b for b, d in by_bdf.items()
-                     if d.get("vendor_id") == NVIDIA_VENDOR and (d.get("class_id") or "").startswith("03")]
-            if not found:
-                raise VfioError("devices: all_nvidia requested but this host has no NVIDIA GPU (class 0x03xx, vendor 10de)")
-            out.extend(sorted(found))
-            continue
-        m = ID_RE.match(item)
-        if m:
-            vendor, device = m.group(1).lower(), m.group(2).lower()
-            found = sorted(b for b, d in by_bdf.items() if d.get("vendor_id") == vendor and d.get("device_id") == device)
-            if not found:
-                missing.append(item)
-            bridges.extend(b for b in found if is_bridge(by_bdf[b].get("class_id")))
-            out.extend(found)
-            continue
-        bdf = normalize_bdf(item)
-        if bdf is None:
-            bad.append(item)
-        elif bdf not in by_bdf:
-            missing.append(item)
-        else:
-            if is_bridge(by_bdf[bdf].get("class_id")):
-                bridges.append(bdf)
-            out.append(bdf)
-    if bad:
-        raise VfioError("malformed device(s) %s: use a PCI address like 0000:41:00.0 (or 41:00.0), "
-                        "a vendor:device ID like 10de:2335, or all_nvidia" % ", ".join(repr(b) for b in bad))
-    if missing:
-        raise VfioError("device(s) not present on this host: %s (see lspci -Dnn)" % ", ".join(missing))
+    def all_nvidia():
+        found = [b for b, d in by_bdf.items()
+                 if d.get("vendor_id") == NVIDIA_VENDOR and (d.get("class_id") or "").startswith("03")]
+        if not found:
+            raise VfioError("devices: all_nvidia requested but this host has no NVIDIA GPU (class 0x03xx, vendor 10de)")
+        return sorted(found)
+
+    items = resolve_device_items(devices, by_bdf, all_nvidia, VfioError, "10de:2335")
+    out = [b for _item, found in items for b in found]
+    bridges = [b for item, found in items if item != ALL_NVIDIA for b in found if is_bridge(by_bdf[b].get("class_id"))]
     if bridges:
         raise VfioError("%s %s a PCI bridge (class 0x%s): bridges are never bound to vfio-pci, and nothing was "
                         "changed. Name the GPU functions behind it instead (lspci -Dnn -s <bus>:00.0)"

@@ -151,7 +151,6 @@ notes:
   elements: str
 """
 
-import contextlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -159,16 +158,15 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
-    ensure_file,
-    file_locks,
+    check_paths,
     on_host,
-    path_problem,
     read_text,
-    remove_file,
     require_root,
+    run_locks,
     target_problem,
+    write_planned_files,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import sysfs_path
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import host_path
 from ansible_collections.gpuops.nvidia.plugins.module_utils._sriov import (
     SRIOV_MANAGE,
     SYSTEMD_UNIT,
@@ -192,16 +190,12 @@ def argument_spec():
     )
 
 
-def _target(root, path):
-    return path if on_host(root) else sysfs_path(root, path)
-
-
 def _plan(module):
     p = module.params
     root = p["root"]
     try:
-        udev_text = read_text(_target(root, UDEV_RULES))
-        unit_text = read_text(_target(root, SYSTEMD_UNIT))
+        udev_text = read_text(host_path(root, UDEV_RULES))
+        unit_text = read_text(host_path(root, SYSTEMD_UNIT))
     except (OSError, UnicodeDecodeError) as exc:
         module.fail_json(msg="cannot read %s or %s: %s; nothing was changed" % (UDEV_RULES, SYSTEMD_UNIT, exc))
     try:
@@ -220,26 +214,15 @@ def _systemctl(module, *args):
 
 
 def run(module):
-    p = module.params
-    root = p["root"]
-    problems = [x for x in (path_problem(root, "root"), path_problem(p["sriov_manage"], "sriov_manage")) if x]
-    if problems:
-        module.fail_json(msg="; ".join(problems))
-    if not os.path.isdir(root):
-        module.fail_json(msg="root %s is not a directory" % root)
+    root = module.params["root"]
+    check_paths(module, "sriov_manage")
     pl = _plan(module)
-    targets = [_target(root, path) for path in sorted(pl["files"])]
+    targets = [host_path(root, path) for path in sorted(pl["files"])]
     problems = [x for x in (target_problem(t) for t in targets) if x]
     if problems:
         module.fail_json(msg="%s; nothing was changed" % "; ".join(problems))
 
-    locks = contextlib.ExitStack()
-    if not module.check_mode:
-        try:
-            locks.enter_context(file_locks(targets))
-        except OSError as exc:
-            module.fail_json(msg="cannot lock %s: %s; nothing was changed" % (", ".join(targets), exc))
-    with locks:
+    with run_locks(module, targets):
         if not module.check_mode:
             pl = _plan(module)       # again under the locks: runs at once lose nothing
         return _run_locked(module, root, pl)
@@ -254,7 +237,7 @@ def _run_locked(module, root, pl):
                       "before_header": "VF counts", "after_header": "VF counts"})
     if not module.check_mode and pl["actions"]:
         def run_tool(args):
-            tool = _target(root, p["sriov_manage"])
+            tool = host_path(root, p["sriov_manage"])
             rc, out, err = module.run_command([tool] + list(args), environ_update={"LC_ALL": "C"})
             if rc != 0:
                 raise RuntimeError("%s %s failed (rc=%d): %s"
@@ -266,18 +249,7 @@ def _run_locked(module, root, pl):
                  actions=pl["actions"], devices=pl["devices"],
                  counts={b: {"num_vfs": now, "num_vfs_before": was} for b, (now, was) in exc.counts.items()})
 
-    files = {}
-    for path, content in sorted(pl["files"].items()):
-        target = _target(root, path)
-        try:
-            r = remove_file(module, target) if content is None else ensure_file(module, target, content, mode=0o644)
-        except OSError as exc:
-            module.fail_json(msg="cannot write %s: %s; the VF counts are as reported in actions, but their persistence "
-                                 "across reboots is incomplete: fix the file and rerun" % (target, exc),
-                             changed=bool(pl["actions"]) or any(files.values()), actions=pl["actions"], files=files)
-        files[path] = r["changed"]
-        if r.get("diff"):
-            diffs.append(r["diff"])
+    files = write_planned_files(module, root, dict(sorted(pl["files"].items())), {}, diffs, pl["actions"], "the VF counts")
 
     notes = list(pl["notes"])
     if files.get(SYSTEMD_UNIT) and not module.check_mode and on_host(root):
@@ -295,15 +267,11 @@ def _run_locked(module, root, pl):
                 notes.append(err)
     result = dict(changed=bool(pl["actions"]) or any(files.values()), devices=pl["devices"], actions=pl["actions"],
                   files=files, notes=notes)
-    if module._diff:
-        result["diff"] = _diff.entries(diffs)
-    module.exit_json(**result)
+    _diff.exit_json(module, result, diffs)
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    require_root(module, "sriov_vfs")
-    run(module)
+    run(require_root(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True), "sriov_vfs"))
 
 
 if __name__ == "__main__":

@@ -170,7 +170,6 @@ iommu_active:
   type: bool
 """
 
-import contextlib
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -178,18 +177,19 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
+    check_paths,
     clear_pending,
     ensure_file,
-    file_locks,
     mark_pending,
     on_host,
-    path_problem,
     read_text,
     remove_file,
     require_root,
+    run_locks,
     target_problem,
+    write_planned_files,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import read_pci_devices, sysfs_path
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import host_path, read_pci_devices
 from ansible_collections.gpuops.nvidia.plugins.module_utils._vfio import (
     INITRAMFS_PENDING,
     MODPROBE_CONF,
@@ -218,10 +218,6 @@ def argument_spec():
     )
 
 
-def _target_path(root, path):
-    return path if root in ("/", "") else sysfs_path(root, path)
-
-
 def _update_initramfs(module):
     tool = module.get_bin_path("update-initramfs")
     if tool:
@@ -240,22 +236,11 @@ def _update_initramfs(module):
     return True
 
 
-def check_params(module):
-    """Refuse bad paths before anything is read."""
-    p = module.params
-    problems = [x for x in (path_problem(p["root"], "root"), path_problem(p["initramfs_marker"], "initramfs_marker"))
-                if x]
-    if problems:
-        module.fail_json(msg="; ".join(problems))
-    if not os.path.isdir(p["root"]):
-        module.fail_json(msg="root %s is not a directory" % p["root"])
-
-
 def _plan(module, root, state_path):
     p = module.params
     try:
         state_text = read_text(state_path)
-        udev_text = read_text(_target_path(root, UDEV_RULES))
+        udev_text = read_text(host_path(root, UDEV_RULES))
     except (OSError, UnicodeDecodeError) as exc:
         module.fail_json(msg="cannot read %s or %s: %s; nothing was changed" % (state_path, UDEV_RULES, exc))
     try:
@@ -267,7 +252,7 @@ def _plan(module, root, state_path):
 
 
 def _modprobe_changes(root, pl):
-    return MODPROBE_CONF in pl["files"] and read_text(_target_path(root, MODPROBE_CONF)) != pl["files"][MODPROBE_CONF]
+    return MODPROBE_CONF in pl["files"] and read_text(host_path(root, MODPROBE_CONF)) != pl["files"][MODPROBE_CONF]
 
 
 def run(module):
@@ -275,20 +260,20 @@ def run(module):
     root = p["root"]
     if not p["devices"]:
         module.fail_json(msg="devices must name at least one device")
-    check_params(module)
-    state_path = _target_path(root, STATE_FILE)
+    check_paths(module, "initramfs_marker")
+    state_path = host_path(root, STATE_FILE)
     pl, state_text = _plan(module, root, state_path)
 
     # every file this run may replace (and the initramfs marker) must be replaceable before a driver moves
-    problems = [x for x in (target_problem(_target_path(root, path)) for path in sorted(pl["files"])) if x]
-    problems += [x for x in [target_problem(_target_path(root, p["initramfs_marker"]))] if x]
+    problems = [x for x in (target_problem(host_path(root, path)) for path in sorted(pl["files"])) if x]
+    problems += [x for x in [target_problem(host_path(root, p["initramfs_marker"]))] if x]
     if problems:
         module.fail_json(msg="%s; nothing was changed" % "; ".join(problems))
 
     # the initramfs marker goes down before the modprobe ordering file changes, and stays until a
     # regeneration succeeded (here, or in the vfio role when update_initramfs=false).  A first look without
     # the locks: runs at once never wait on each other to write it (it is checked again under the locks).
-    marker = _target_path(root, p["initramfs_marker"])
+    marker = host_path(root, p["initramfs_marker"])
     marked = []      # whether this run put the marker down (not there before): taken back when nothing changed
 
     def unmark():
@@ -315,13 +300,7 @@ def run(module):
         module.fail_json(msg="cannot read %s: %s; nothing was changed" % (MODPROBE_CONF, exc))
 
     # read, plan, bind and write under the locks of every file: runs at once lose nothing
-    locks = contextlib.ExitStack()
-    if not module.check_mode and pl["files"]:
-        try:
-            locks.enter_context(file_locks([_target_path(root, path) for path in sorted(pl["files"])]))
-        except OSError as exc:
-            module.fail_json(msg="cannot lock the files of %s: %s; nothing was changed" % (STATE_FILE, exc))
-    with locks:
+    with run_locks(module, [host_path(root, path) for path in sorted(pl["files"])], "the files of %s" % STATE_FILE):
         if not module.check_mode and pl["files"]:
             pl, state_text = _plan(module, root, state_path)
         return _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark)
@@ -335,7 +314,7 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
         after = "".join("%s: %s\n" % (a["bdf"], a["to"] or "(default driver)") for a in pl["actions"])
         diffs.append({"before": before, "after": after, "before_header": "drivers", "after_header": "drivers"})
 
-    files, modprobe_changed = {}, False
+    files = {}
     # the state file (with each function's original driver) is written BEFORE a function moves to vfio-pci:
     # a run stopped after the bind still finds the original driver in it, so state=absent can give it back
     early = pl["files"].get(STATE_FILE)
@@ -382,22 +361,9 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
                              "were not all written: fix it and rerun" % (MODPROBE_CONF, exc),
                          changed=bool(pl["actions"]) or any(files.values()), actions=pl["actions"], files=files)
 
-    for path, content in pl["files"].items():
-        target = _target_path(root, path)
-        try:
-            if content is None:
-                r = remove_file(module, target)
-            else:
-                r = ensure_file(module, target, content, mode=0o644)
-        except OSError as exc:
-            module.fail_json(msg="cannot write %s: %s; the drivers are as reported in actions, but their persistence "
-                                 "across reboots is incomplete: fix the file and rerun" % (target, exc),
-                             changed=bool(pl["actions"]) or any(files.values()), actions=pl["actions"], files=files)
-        files[path] = files.get(path, False) or r["changed"]
-        if r.get("diff"):
-            diffs.append(r["diff"])
-        if path == MODPROBE_CONF and r["changed"]:
-            modprobe_changed = True
+    write_planned_files(module, root, pl["files"], files, diffs, pl["actions"], "the drivers")
+    # the ordering file (never written early, above) changed in this run
+    modprobe_changed = bool(files.get(MODPROBE_CONF))
 
     pending = os.path.exists(marker) or (module.check_mode and modprobe_changed)
     initramfs = False
@@ -419,15 +385,11 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
                   vfio_devices=vfio_dev_nodes(root, pl["groups"]) if p["state"] == "present" else {},
                   initramfs_updated=initramfs, initramfs_pending=pending, deferred=pl["deferred"],
                   iommu_active=iommu_active(root))
-    if module._diff:
-        result["diff"] = _diff.entries(diffs)
-    module.exit_json(**result)
+    _diff.exit_json(module, result, diffs)
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    require_root(module, "vfio_pci")
-    run(module)
+    run(require_root(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True), "vfio_pci"))
 
 
 if __name__ == "__main__":

@@ -119,22 +119,18 @@ notes:
   elements: str
 """
 
-import contextlib
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
+    check_paths,
     ensure_file,
-    file_lock,
-    on_host,
-    path_problem,
     read_text,
     require_root,
+    run_locks,
 )
-from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import sysfs_path
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import host_path
 from ansible_collections.gpuops.nvidia.plugins.module_utils._vgpu import (
     NAME_CACHE,
     VENDOR_VFIO,
@@ -168,22 +164,12 @@ def _lines(gpu, counts):
 def run(module):
     p = module.params
     root = p["root"]
-    problems = [x for x in (path_problem(root, "root"), path_problem(p["name_cache"], "name_cache")) if x]
-    if problems:
-        module.fail_json(msg="; ".join(problems))
-    if not os.path.isdir(root):
-        module.fail_json(msg="root %s is not a directory" % root)
+    check_paths(module, "name_cache")
     if p["state"] == "present" and p["config"] is None:
         module.fail_json(msg="config is required with state=present (the vGPU device manager's config: version: v1, "
                              "vgpu-configs: {NAME: [{devices: all, vgpu-devices: {TYPE: count}}]})")
-    cache_path = p["name_cache"] if on_host(root) else sysfs_path(root, p["name_cache"])
-    locks = contextlib.ExitStack()
-    if not module.check_mode:     # one run at a time per host: the cache's lock
-        try:
-            locks.enter_context(file_lock(cache_path))
-        except OSError as exc:
-            module.fail_json(msg="cannot lock %s: %s; nothing was changed" % (cache_path, exc))
-    with locks:
+    cache_path = host_path(root, p["name_cache"])
+    with run_locks(module, [cache_path]):     # one run at a time per host: the cache's lock
         return _run_locked(module, root, cache_path)
 
 
@@ -225,18 +211,16 @@ def _run_locked(module, root, cache_path):
                 ensure_file(module, cache_path, dump_cache(new), mode=0o644)
             except OSError as exc:
                 module.warn("cannot write the vGPU type cache %s: %s" % (cache_path, exc))
-    result = dict(changed=changed, gpus=out, notes=pl["notes"])
+    diff = None
     if module._diff:
         gpus = {g["gpu"]["bdf"]: g["gpu"] for g in pl["gpus"]}
-        result["diff"] = _diff.entries(_diff.entry("vGPUs", "".join(_lines(gpus[e["bdf"]], e["before"]) for e in out),
-                                                   "".join(_lines(gpus[e["bdf"]], e["after"]) for e in out)))
-    module.exit_json(**result)
+        diff = _diff.entry("vGPUs", "".join(_lines(gpus[e["bdf"]], e["before"]) for e in out),
+                           "".join(_lines(gpus[e["bdf"]], e["after"]) for e in out))
+    _diff.exit_json(module, dict(changed=changed, gpus=out, notes=pl["notes"]), diff)
 
 
 def main():
-    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    require_root(module, "vgpu_devices")
-    run(module)
+    run(require_root(AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True), "vgpu_devices"))
 
 
 if __name__ == "__main__":

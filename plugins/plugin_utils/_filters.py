@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 
-from ansible.errors import AnsibleError, AnsibleFilterError
+from ansible.errors import AnsibleError, AnsibleFilterError, AnsibleUndefinedVariable
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError
 
 MALFORMED = (TypeError, ValueError, KeyError, AttributeError, IndexError)
@@ -36,3 +36,12 @@ def refusing(*known):
                 raise AnsibleFilterError("%s: malformed input (%s)" % (fn.__name__, type(e).__name__)) from e
         return wrapper
     return decorate
+
+
+def hostvar(hv, key, default=None):
+    """``hv[key]`` of a host's hostvars, ``default`` when it is missing, None, or templates to something undefined."""
+    try:
+        value = hv.get(key, default)
+    except AnsibleUndefinedVariable:  # a host var that templates to something undefined
+        return default
+    return default if value is None else value

@@ -28,18 +28,8 @@ def _state(now, old, new):
     return "other"
 
 
-def _fresh(cls, base):
-    root = os.path.join(base, "root")
-    if os.path.lexists(root):
-        shutil.rmtree(root)
-    os.makedirs(root)
-    sc = cls(root)
-    sc.build()
-    return sc
-
-
 def reference(cls, base):
-    sc = _fresh(cls, base)
+    sc = cls.fresh(os.path.join(base, "root"))
     old = sc.snapshot()
     w = os.path.join(base, "w")
     out = h.run(sc.module, sc.args(), w, env=sc.env(), setup=sc.setup(), trace=True)
@@ -59,7 +49,7 @@ def reference(cls, base):
 
 def trial(cls, base, ref, k):
     """Kill at point ``k``, inspect, rerun twice (and uninstall); returns the record."""
-    sc = _fresh(cls, base)
+    sc = cls.fresh(os.path.join(base, "root"))
     assert sc.snapshot() == ref["old"], "the starting tree is not reproducible"
     w = os.path.join(base, "w")
     rec = {"k": k, "point": ref["trace"][k - 1]}

@@ -178,6 +178,16 @@ class Scenario(object):
     def __init__(self, root):
         self.root = root
 
+    @classmethod
+    def fresh(cls, root):
+        """A scenario of this class with its starting tree built in ``root`` (emptied first)."""
+        if os.path.lexists(root):
+            shutil.rmtree(root)
+        os.makedirs(root)
+        sc = cls(root)
+        sc.build()
+        return sc
+
     def p(self, rel):
         return os.path.join(self.root, rel)
 

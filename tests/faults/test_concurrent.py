@@ -32,15 +32,6 @@ N = 6
 ROUNDS = 3
 
 
-def _fresh(cls, root):
-    if os.path.lexists(root):
-        shutil.rmtree(root)
-    os.makedirs(root)
-    sc = cls(root)
-    sc.build()
-    return sc
-
-
 def _together(sc, arg_list, base, barrier, at=("fcntl.flock", "")):
     bdir = None
     if barrier:
@@ -75,7 +66,7 @@ RUNTIME_FILES = [S.ContainerdV2Main, S.ContainerdV3Main, S.Crio, S.Docker]
 def test_container_runtime_all_updates_land(tmp_path, cls, mode):
     rounds = 1 if mode == "barrier" else ROUNDS
     for rnd in range(rounds):
-        sc = _fresh(cls, str(tmp_path / "root"))
+        sc = cls.fresh(str(tmp_path / "root"))
         before = _runtimes(sc) if h.read_bytes(sc.cfg()) else set()
         names = ["nvidia-%d" % i for i in range(N)]
         arg_list = [dict(sc.args(), runtime_name=n, restart_mode="none", set_as_default=False, backup=False)
@@ -96,7 +87,7 @@ def test_container_runtime_all_updates_land(tmp_path, cls, mode):
 
 # kernel_cmdline and vfio_pci read and plan under the per-file locks (defect G, fixed)
 def test_kernel_cmdline_concurrent_args_all_land(tmp_path):
-    sc = _fresh(S.Grub, str(tmp_path / "root"))
+    sc = S.Grub.fresh(str(tmp_path / "root"))
     args = ["gpuops_cc%d=1" % i for i in range(4)]
     outs = _together(sc, [{"args": [a], "bootloader": "grub"} for a in args], str(tmp_path), barrier=True)
     STATS.add(sc.label, "concurrent-barrier", trials=1, runs=len(args), file_checks=1)
@@ -109,7 +100,7 @@ def test_kernel_cmdline_concurrent_args_all_land(tmp_path):
 
 
 def test_vfio_two_gpus_bound_at_once_both_persist(tmp_path):
-    sc = _fresh(S.VfioFirst, str(tmp_path / "root"))
+    sc = S.VfioFirst.fresh(str(tmp_path / "root"))
     gpus = ["0000:41:00.0", "0000:42:00.0"]
     outs = _together(sc, [{"devices": [g], "root": sc.root} for g in gpus], str(tmp_path), barrier=True)
     STATS.add(sc.label, "concurrent-barrier", trials=1, runs=2, file_checks=2)
@@ -127,7 +118,7 @@ def test_regeneration_marker_written_by_two_runs_at_once(tmp_path, cls):
     """The regeneration marker is written by two runs at once: both stop right before they move the marker's
     temp file into place, then go on; both must succeed (a fixed temp name shared by both makes one rename
     fail with FileNotFoundError)."""
-    sc = _fresh(cls, str(tmp_path / "root"))
+    sc = cls.fresh(str(tmp_path / "root"))
     if cls is S.Grub:
         arg_list = [{"args": ["gpuops_m%d=1" % i], "bootloader": "grub"} for i in range(2)]
     else:
@@ -142,14 +133,14 @@ def test_regeneration_marker_written_by_two_runs_at_once(tmp_path, cls):
 def test_cdi_spec_concurrent_runs_leave_one_complete_spec(tmp_path):
     variants = [{"device_name_strategy": ["index"]}, {"device_name_strategy": ["uuid"]},
                 {"device_name_strategy": ["index", "uuid"]}, {"device_name_strategy": ["index"], "all_device": False}]
-    sc = _fresh(S.Cdi, str(tmp_path / "root"))
+    sc = S.Cdi.fresh(str(tmp_path / "root"))
     candidates = []
     for v in variants:            # each variant's output, from clean runs
         out = h.run(sc.module, dict(sc.args(), **v), str(tmp_path / "w"), env=sc.env())
         assert out.result and not out.failed, out
         candidates.append(h.read_bytes(sc.cfg()))
     for mode in ("barrier", "free"):
-        sc = _fresh(S.Cdi, str(tmp_path / "root"))
+        sc = S.Cdi.fresh(str(tmp_path / "root"))
         outs = _together(sc, [dict(sc.args(), **v) for v in variants], str(tmp_path), mode == "barrier")
         for o in outs:
             assert o.result and not o.failed and not o.traceback, o

@@ -21,7 +21,6 @@ kernel_cmdline / vfio_pci
 from __future__ import annotations
 
 import os
-import shutil
 
 import harness as h
 import pytest
@@ -29,17 +28,8 @@ import scenarios as S
 from stats import STATS
 
 
-def _fresh(cls, root):
-    if os.path.lexists(root):
-        shutil.rmtree(root)
-    os.makedirs(root)
-    sc = cls(root)
-    sc.build()
-    return sc
-
-
 def _reference(cls, root, w):
-    sc = _fresh(cls, root)
+    sc = cls.fresh(root)
     out = h.run(sc.module, sc.args(), w, env=sc.env(), setup=sc.setup())
     assert out.result and not out.failed and out.changed, out
     new = sc.snapshot()
@@ -88,7 +78,7 @@ VALIDATORS = [
 def test_failing_validator_changes_nothing(tmp_path, cls, bad, expect):
     root, w = str(tmp_path / "root"), str(tmp_path / "w")
     new, _digest = _reference(cls, root, w)
-    sc = _fresh(cls, root)
+    sc = cls.fresh(root)
     old = sc.snapshot()
     args = sc.args()
     for k, v in bad.items():
@@ -109,7 +99,7 @@ def test_failing_validator_changes_nothing(tmp_path, cls, bad, expect):
 @pytest.mark.parametrize("cls,bad,expect", VALIDATORS[:2] + VALIDATORS[4:])
 def test_refused_candidate_reports_no_change(tmp_path, cls, bad, expect):
     root, w = str(tmp_path / "root"), str(tmp_path / "w")
-    sc = _fresh(cls, root)
+    sc = cls.fresh(root)
     args = sc.args()
     for k, v in bad.items():
         args[k] = S.Tools.path(v[5:]) if isinstance(v, str) and v.startswith("TOOL:") else v
@@ -129,7 +119,7 @@ RESTARTS = [S.ContainerdV2Main, S.ContainerdV2DropInSibling, S.ContainerdV3Main,
 def test_failed_restart_restores_and_keeps_backups(tmp_path, cls):
     root, w = str(tmp_path / "root"), str(tmp_path / "w")
     new, digest_new = _reference(cls, root, w)
-    sc = _fresh(cls, root)
+    sc = cls.fresh(root)
     old = sc.snapshot()
     args = dict(sc.args(), backup=True)
     with open(sc.fail_flag() + ".once", "w"):
@@ -160,7 +150,7 @@ def test_failed_restart_restores_and_keeps_backups(tmp_path, cls):
 def test_restart_that_keeps_failing_restores_files_and_says_daemon_down(tmp_path):
     root, w = str(tmp_path / "root"), str(tmp_path / "w")
     new, digest_new = _reference(S.ContainerdV2DropInSibling, root, w)
-    sc = _fresh(S.ContainerdV2DropInSibling, root)
+    sc = S.ContainerdV2DropInSibling.fresh(root)
     old = sc.snapshot()
     with open(sc.fail_flag(), "w"):
         pass
@@ -181,7 +171,7 @@ def test_restart_that_keeps_failing_restores_files_and_says_daemon_down(tmp_path
 def test_failed_regeneration_is_retried(tmp_path, cls):
     root, w = str(tmp_path / "root"), str(tmp_path / "w")
     new, digest_new = _reference(cls, root, w)
-    sc = _fresh(cls, root)
+    sc = cls.fresh(root)
     old = sc.snapshot()
     with open(sc.fail_flag(), "w"):
         pass

@@ -89,22 +89,13 @@ def _params():
     return out
 
 
-def _fresh(cls, root):
-    if os.path.lexists(root):
-        shutil.rmtree(root)
-    os.makedirs(root)
-    sc = cls(root)
-    sc.build()
-    return sc
-
-
 def _files_under(d):
     return {os.path.relpath(os.path.join(b, n), d) for b, _dirs, names in os.walk(d) for n in names}
 
 
 def reference_new(target, root):
     """The files after a clean run from the same starting tree (at the same path)."""
-    sc = _fresh(target.cls, root)
+    sc = target.cls.fresh(root)
     out = h.run(sc.module, target.args(sc), os.path.join(os.path.dirname(root), "w"), env=sc.env(), setup=sc.setup())
     assert out.result and not out.failed and out.changed, out
     new = sc.snapshot()
@@ -117,7 +108,7 @@ def test_write_fault(tmp_path, mounts, target, kind):
     root = str(tmp_path / "root")
     w = str(tmp_path / "w")
     new = reference_new(target, root)
-    sc = _fresh(target.cls, root)
+    sc = target.cls.fresh(root)
     old = sc.snapshot()
     keep = [sc.p(f) for f in target.keep] if target.keep else sc.files()
     d = sc.p(target.directory)

@@ -176,3 +176,31 @@ def run_module(capsys, main, args):
         with pytest.raises(SystemExit) as exc:
             main()
     return exc.value.code, json.loads(capsys.readouterr().out)
+
+
+# -- container_runtime module tests (tests/unit/plugins/modules/test_container_runtime_*.py) ----------------
+
+RUNTIME_FIXTURES = os.path.join(HERE, "fixtures", "runtime")
+
+
+def runtime_fixture(*parts):
+    """The bytes of a runtime config under tests/unit/fixtures/runtime."""
+    with open(os.path.join(RUNTIME_FIXTURES, *parts), "rb") as f:
+        return f.read()
+
+
+def runtime_args(cfg, state_dir, **kw):
+    """container_runtime's arguments for the config ``cfg`` (docker for a .json, containerd otherwise), without
+    restart or validation; ``kw`` added."""
+    a = {"runtime": "docker" if str(cfg).endswith(".json") else "containerd", "config_path": str(cfg),
+         "state_dir": state_dir, "restart_mode": "none", "validate": False}
+    a.update(kw)
+    return a
+
+
+@pytest.fixture
+def runtime_host(tmp_path):
+    """A config dir and a state dir of their own: (etc directory, state_dir path)."""
+    d = tmp_path / "etc"
+    d.mkdir()
+    return d, str(tmp_path / "state")

@@ -9,20 +9,14 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
-import subprocess
 import time
 
 import pytest
 import yaml
+from conftest import HERE, INVENTORY, KUBECONFIG, ROOT, ensure_crd, recap_changed
+from conftest import cluster_playbook as playbook
 from kubernetes import client, config
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
-CLUSTER_DIR = os.environ["CLUSTER_DIR"]
-KUBECONFIG = os.path.join(CLUSTER_DIR, "kubeconfig")
-INVENTORY = os.path.join(CLUSTER_DIR, "inventory.yml")
-VARS = os.path.join(HERE, "vars.yml")
 NS = "gpu-operator"
 MANAGED = "app.kubernetes.io/managed-by=gpuops.nvidia"
 
@@ -86,25 +80,6 @@ def validation_jobs(ns=NS):
     return out, ran
 
 
-def playbook(*extra, inventory=INVENTORY, check=True):
-    cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", inventory,
-           os.path.join(ROOT, "playbooks", "cluster.yml"), "-e", "@" + VARS] + list(extra)
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.environ.get(
-                   "ANSIBLE_COLLECTIONS_PATH", os.path.join(ROOT, ".collections")),
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_NOCOLOR="1", K8S_AUTH_KUBECONFIG=KUBECONFIG)
-    t0 = time.time()
-    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
-    r.seconds = time.time() - t0
-    if check and r.returncode != 0:
-        pytest.fail(f"playbook failed (rc={r.returncode}):\n{r.stdout[-8000:]}\n{r.stderr[-3000:]}")
-    return r
-
-
-def recap_changed(stdout):
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", stdout, re.MULTILINE)}
-
-
 def inventory_variant(tmp_path, name, edit):
     with open(INVENTORY) as f:
         inv = yaml.safe_load(f)
@@ -134,7 +109,6 @@ def baseline():
 @pytest.fixture(scope="module", autouse=True)
 def servicemonitor_crd():
     """A Prometheus Operator ServiceMonitor CRD, so dcgm_exporter's 'auto' creates one."""
-    ext = client.ApiextensionsV1Api()
     body = {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
@@ -144,16 +118,7 @@ def servicemonitor_crd():
                  "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
                      "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
     }
-    try:
-        ext.create_custom_resource_definition(body)
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
-    for _ in range(60):
-        crd = ext.read_custom_resource_definition("servicemonitors.monitoring.coreos.com")
-        if any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
-            break
-        time.sleep(0.5)
+    ensure_crd(body)
     yield
 
 
@@ -381,19 +346,9 @@ def test_dcgm_exporter_dashboard_modes(tmp_path):
     assert "(grafanadashboards.grafana.integreatly.org) is not installed" in " ".join(r.stdout.split()), r.stdout[-4000:]
     assert dashboard_cm() == []
 
-    ext = client.ApiextensionsV1Api()
     with open(GRAFANA_DASHBOARD_CRD) as f:
         body = yaml.safe_load(f)
-    try:
-        ext.create_custom_resource_definition(body)
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
-    for _ in range(60):
-        crd = ext.read_custom_resource_definition("grafanadashboards.grafana.integreatly.org")
-        if any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or [])):
-            break
-        time.sleep(0.5)
+    ensure_crd(body)
 
     run("operator", dcgm_exporter_dashboard="grafana-operator")
     cr = dashboard_cr()

@@ -18,14 +18,9 @@ import time
 
 import pytest
 import yaml
+from conftest import HERE, INVENTORY, KUBECONFIG, ROOT, cluster_playbook, recap_changed
 from kubernetes import client, config
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
-CLUSTER_DIR = os.environ["CLUSTER_DIR"]
-KUBECONFIG = os.path.join(CLUSTER_DIR, "kubeconfig")
-INVENTORY = os.path.join(CLUSTER_DIR, "inventory.yml")
-VARS = os.path.join(HERE, "vars.yml")
 DOC = os.path.join(ROOT, "docs", "kubevirt.md")
 KV_NS, KV_NAME = "kubevirt", "kubevirt"
 ANNOTATION = "gpuops.nvidia/permitted-host-devices"
@@ -49,22 +44,7 @@ ext = client.ApiextensionsV1Api()
 
 
 def playbook(*extra, inventory=INVENTORY, check=True):
-    cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", inventory,
-           os.path.join(ROOT, "playbooks", "cluster.yml"), "-e", "@" + VARS] + list(extra)
-    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.environ.get(
-                   "ANSIBLE_COLLECTIONS_PATH", os.path.join(ROOT, ".collections")),
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
-               ANSIBLE_NOCOLOR="1", K8S_AUTH_KUBECONFIG=KUBECONFIG)
-    t0 = time.time()
-    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
-    print(f"cluster.yml {' '.join(extra)}: {time.time() - t0:.1f}s")
-    if check and r.returncode != 0:
-        pytest.fail(f"playbook failed (rc={r.returncode}):\n{r.stdout[-8000:]}\n{r.stderr[-3000:]}")
-    return r
-
-
-def recap_changed(stdout):
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", stdout, re.MULTILINE)}
+    return cluster_playbook(*extra, inventory=inventory, check=check, timing=True)
 
 
 def flat(stdout):

@@ -131,6 +131,10 @@ def test_every_module_builds_its_diff_result_through_diff_entries():
     for name in _sources("modules"):
         path = os.path.join(REPO, "plugins", "modules", name + ".py")
         for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "exit_json"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "_diff"):
+                seen += 1       # _diff.exit_json: the result's diff through _diff.entries
+                continue
             if not isinstance(node, ast.Assign):
                 continue
             for t in node.targets:

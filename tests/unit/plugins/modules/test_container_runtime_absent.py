@@ -15,36 +15,15 @@ import socket
 import tomllib
 
 import pytest
-from conftest import run_module
+from conftest import run_module, runtime_args as args_for, runtime_fixture as fx
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._container_runtime import RecordStore
 from ansible_collections.gpuops.nvidia.plugins.modules import cdi_spec
 from ansible_collections.gpuops.nvidia.plugins.modules import container_runtime as mod
 
-FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "runtime")
 BIN = "/usr/bin/nvidia-container-runtime"
 V2 = "io.containerd.grpc.v1.cri"
 V3 = "io.containerd.cri.v1.runtime"
-
-
-def fx(*parts):
-    with open(os.path.join(FIX, *parts), "rb") as f:
-        return f.read()
-
-
-@pytest.fixture
-def host(tmp_path):
-    """A config dir and a state dir of their own."""
-    d = tmp_path / "etc"
-    d.mkdir()
-    return d, str(tmp_path / "state")
-
-
-def args_for(cfg, state_dir, **kw):
-    a = {"runtime": "docker" if str(cfg).endswith(".json") else "containerd", "config_path": str(cfg),
-         "state_dir": state_dir, "restart_mode": "none", "validate": False}
-    a.update(kw)
-    return a
 
 
 def call(capsys, main, args):
@@ -76,8 +55,8 @@ def cri(path, plugin):
 # -- containerd main file -------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["v2-custom.toml", "v2-default-1.6.toml", "v3-custom.toml", "v4-default-2.4.toml"])
-def test_present_then_absent_gives_the_original_bytes_back(host, capsys, name):
-    d, state = host
+def test_present_then_absent_gives_the_original_bytes_back(runtime_host, capsys, name):
+    d, state = runtime_host
     cfg = d / "config.toml"
     original = fx("containerd", name)
     cfg.write_bytes(original)
@@ -96,8 +75,8 @@ def test_present_then_absent_gives_the_original_bytes_back(host, capsys, name):
     assert records(state) == []                      # the record goes with the uninstall
 
 
-def test_exact_bytes_survive_crlf_and_no_final_newline(host, capsys):
-    d, state = host
+def test_exact_bytes_survive_crlf_and_no_final_newline(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "config.toml"
     original = b"# site\r\nversion = 2\r\n[plugins.\"io.containerd.grpc.v1.cri\"]\r\n  sandbox_image = \"p:1\""
     cfg.write_bytes(original)
@@ -107,8 +86,8 @@ def test_exact_bytes_survive_crlf_and_no_final_newline(host, capsys):
     assert cfg.read_bytes() == original
 
 
-def test_file_created_by_present_is_removed_by_absent(host, capsys):
-    d, state = host
+def test_file_created_by_present_is_removed_by_absent(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "config.toml"
     crt(capsys, args_for(cfg, state))
     assert cfg.exists()
@@ -117,8 +96,8 @@ def test_file_created_by_present_is_removed_by_absent(host, capsys):
 
 
 @pytest.mark.parametrize("name,plugin", [("v2-custom.toml", V2), ("v3-custom.toml", V3)])
-def test_absent_after_a_user_edit_removes_only_ours(host, capsys, name, plugin):
-    d, state = host
+def test_absent_after_a_user_edit_removes_only_ours(runtime_host, capsys, name, plugin):
+    d, state = runtime_host
     cfg = d / "config.toml"
     original = fx("containerd", name).decode()
     cfg.write_text(original)
@@ -143,10 +122,10 @@ def test_absent_after_a_user_edit_removes_only_ours(host, capsys, name, plugin):
     assert not crt(capsys, args_for(cfg, state, state="absent"))["changed"]
 
 
-def test_user_edit_between_two_writes_is_not_undone(host, capsys):
+def test_user_edit_between_two_writes_is_not_undone(runtime_host, capsys):
     """A second present write after a user edit must not make absent restore the pristine
     copy over the user's edit (the record remembers that the file diverged)."""
-    d, state = host
+    d, state = runtime_host
     cfg = d / "config.toml"
     original = fx("containerd", "v3-custom.toml").decode()
     cfg.write_text(original)
@@ -161,8 +140,8 @@ def test_user_edit_between_two_writes_is_not_undone(host, capsys):
     assert data["plugins"][V3]["containerd"]["default_runtime_name"] == "runc"
 
 
-def test_pristine_default_runtime_is_put_back(host, capsys):
-    d, state = host
+def test_pristine_default_runtime_is_put_back(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "config.toml"
     cfg.write_text(fx("containerd", "v3-custom.toml").decode().replace("default_runtime_name = 'runc'",
                                                                        "default_runtime_name = 'runsc'"))
@@ -172,8 +151,8 @@ def test_pristine_default_runtime_is_put_back(host, capsys):
     assert cri(cfg, V3)["default_runtime_name"] == "runsc"
 
 
-def test_two_runtime_names_in_one_file(host, capsys):
-    d, state = host
+def test_two_runtime_names_in_one_file(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "config.toml"
     original = fx("containerd", "v2-custom.toml")
     cfg.write_bytes(original)
@@ -188,8 +167,8 @@ def test_two_runtime_names_in_one_file(host, capsys):
     assert res["restored_files"] == [str(cfg)] and cfg.read_bytes() == original and records(state) == []
 
 
-def test_absent_without_a_record_removes_ours_and_says_so(host, capsys):
-    d, state = host
+def test_absent_without_a_record_removes_ours_and_says_so(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "config.toml"
     original = fx("containerd", "v3-custom.toml").decode()
     cfg.write_text(original)
@@ -199,8 +178,8 @@ def test_absent_without_a_record_removes_ours_and_says_so(host, capsys):
     assert tomllib.loads(cfg.read_text()) == tomllib.loads(original)
 
 
-def test_absent_on_an_untouched_config_changes_nothing(host, capsys):
-    d, state = host
+def test_absent_on_an_untouched_config_changes_nothing(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "config.toml"
     original = fx("containerd", "v3-custom.toml")
     cfg.write_bytes(original)
@@ -211,8 +190,8 @@ def test_absent_on_an_untouched_config_changes_nothing(host, capsys):
     assert not res["changed"] and not (d / "missing.toml").exists()
 
 
-def test_absent_twice_is_not_changed(host, capsys):
-    d, state = host
+def test_absent_twice_is_not_changed(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "config.toml"
     cfg.write_bytes(fx("containerd", "v2-custom.toml"))
     crt(capsys, args_for(cfg, state, enable_cdi=True))
@@ -221,8 +200,8 @@ def test_absent_twice_is_not_changed(host, capsys):
     assert not res["changed"] and not res["restarted"]
 
 
-def test_check_mode_absent_changes_nothing(host, capsys):
-    d, state = host
+def test_check_mode_absent_changes_nothing(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "config.toml"
     original = fx("containerd", "v3-custom.toml")
     cfg.write_bytes(original)
@@ -243,8 +222,8 @@ def test_check_mode_absent_changes_nothing(host, capsys):
 # -- containerd drop-in mode ------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["v2-custom.toml", "v3-custom.toml"])
-def test_drop_in_absent_removes_drop_in_and_import(host, capsys, name):
-    d, state = host
+def test_drop_in_absent_removes_drop_in_and_import(runtime_host, capsys, name):
+    d, state = runtime_host
     cfg = d / "config.toml"
     drop = d / "conf.d" / "99-nvidia.toml"
     original = fx("containerd", name)
@@ -258,8 +237,8 @@ def test_drop_in_absent_removes_drop_in_and_import(host, capsys, name):
     assert res["diff"][1]["after_header"].endswith("(absent)")
 
 
-def test_drop_in_found_through_the_record(host, capsys):
-    d, state = host
+def test_drop_in_found_through_the_record(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "config.toml"
     drop = d / "conf.d" / "99-nvidia.toml"
     original = fx("containerd", "v3-custom.toml")
@@ -269,8 +248,8 @@ def test_drop_in_found_through_the_record(host, capsys):
     assert res["drop_in_path"] == str(drop) and not drop.exists() and cfg.read_bytes() == original
 
 
-def test_drop_in_absent_after_user_edit_of_main(host, capsys):
-    d, state = host
+def test_drop_in_absent_after_user_edit_of_main(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "config.toml"
     drop = d / "conf.d" / "99-nvidia.toml"
     cfg.write_bytes(fx("containerd", "v2-custom.toml"))
@@ -282,8 +261,8 @@ def test_drop_in_absent_after_user_edit_of_main(host, capsys):
     assert "imports" not in data and data["debug"] == {"level": "info"} and not drop.exists()
 
 
-def test_drop_in_absent_keeps_other_imports(host, capsys):
-    d, state = host
+def test_drop_in_absent_keeps_other_imports(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "config.toml"
     drop = d / "conf.d" / "99-nvidia.toml"
     cfg.write_text("version = 2\nimports = [\"/etc/containerd/site.toml\"]\n")
@@ -295,8 +274,8 @@ def test_drop_in_absent_keeps_other_imports(host, capsys):
 
 # -- CRI-O and Docker ---------------------------------------------------------------------
 
-def test_crio_drop_in_is_deleted(host, capsys):
-    d, state = host
+def test_crio_drop_in_is_deleted(runtime_host, capsys):
+    d, state = runtime_host
     drop = d / "crio.conf.d" / "99-nvidia.toml"
     a = dict(runtime="crio", config_path=str(drop), state_dir=state, restart_mode="none", validate=False)
     crt(capsys, dict(a, set_as_default=True))
@@ -306,8 +285,8 @@ def test_crio_drop_in_is_deleted(host, capsys):
     assert not crt(capsys, dict(a, state="absent"))["changed"]
 
 
-def test_crio_drop_in_with_user_additions_keeps_them(host, capsys):
-    d, state = host
+def test_crio_drop_in_with_user_additions_keeps_them(runtime_host, capsys):
+    d, state = runtime_host
     drop = d / "crio.conf.d" / "99-nvidia.toml"
     a = dict(runtime="crio", config_path=str(drop), state_dir=state, restart_mode="none", validate=False)
     crt(capsys, dict(a, set_as_default=True))
@@ -317,8 +296,8 @@ def test_crio_drop_in_with_user_additions_keeps_them(host, capsys):
     assert data == {"crio": {"runtime": {"runtimes": {"kata": {"runtime_path": "/usr/bin/kata"}}}}}
 
 
-def test_docker_round_trip_and_user_edit(host, capsys):
-    d, state = host
+def test_docker_round_trip_and_user_edit(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "daemon.json"
     original = fx("docker", "daemon.json")
     cfg.write_bytes(original)
@@ -338,8 +317,8 @@ def test_docker_round_trip_and_user_edit(host, capsys):
     assert json.loads(cfg.read_text()) == expected
 
 
-def test_docker_daemon_json_created_by_us_is_removed(host, capsys):
-    d, state = host
+def test_docker_daemon_json_created_by_us_is_removed(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "daemon.json"
     crt(capsys, args_for(cfg, state, enable_cdi=True))
     res = crt(capsys, args_for(cfg, state, state="absent"))
@@ -386,8 +365,8 @@ def calls(log):
     return log.read_text().split("\n") if log.exists() else []
 
 
-def test_absent_validates_and_restarts_once(host, capsys, daemon):
-    d, state = host
+def test_absent_validates_and_restarts_once(runtime_host, capsys, daemon):
+    d, state = runtime_host
     dargs, log, _tmp = daemon
     cfg = d / "config.toml"
     original = fx("containerd", "v2-custom.toml")
@@ -403,8 +382,8 @@ def test_absent_validates_and_restarts_once(host, capsys, daemon):
     assert not res["changed"] and not res["restarted"] and calls(log) == []
 
 
-def test_absent_restart_failure_restores_files_and_keeps_the_record(host, capsys, daemon):
-    d, state = host
+def test_absent_restart_failure_restores_files_and_keeps_the_record(runtime_host, capsys, daemon):
+    d, state = runtime_host
     dargs, log, tmp = daemon
     cfg = d / "config.toml"
     original = fx("containerd", "v3-custom.toml")
@@ -420,8 +399,8 @@ def test_absent_restart_failure_restores_files_and_keeps_the_record(host, capsys
     assert res["restarted"] and cfg.read_bytes() == original and records(state) == []
 
 
-def test_present_restart_failure_also_restores_the_record(host, capsys, daemon):
-    d, state = host
+def test_present_restart_failure_also_restores_the_record(runtime_host, capsys, daemon):
+    d, state = runtime_host
     dargs, _log, tmp = daemon
     cfg = d / "config.toml"
     original = fx("containerd", "v3-custom.toml")
@@ -432,8 +411,8 @@ def test_present_restart_failure_also_restores_the_record(host, capsys, daemon):
     assert cfg.read_bytes() == original and records(state) == []
 
 
-def test_record_store_refuses_a_corrupt_record(host, capsys):
-    d, state = host
+def test_record_store_refuses_a_corrupt_record(runtime_host, capsys):
+    d, state = runtime_host
     cfg = d / "config.toml"
     cfg.write_text("version = 2\n")
     store = RecordStore(state)

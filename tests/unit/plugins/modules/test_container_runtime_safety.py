@@ -22,7 +22,7 @@ import sys
 import tomllib
 
 import pytest
-from conftest import run_module
+from conftest import run_module, runtime_args as args_for, runtime_fixture as fx
 
 try:
     from conftest import module_context
@@ -32,14 +32,8 @@ except ImportError:      # older conftest: the module's warnings simply go elsew
 
 from ansible_collections.gpuops.nvidia.plugins.modules import container_runtime as mod
 
-FIX = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "runtime")
 V2 = "io.containerd.grpc.v1.cri"
 V3 = "io.containerd.cri.v1.runtime"
-
-
-def fx(*parts):
-    with open(os.path.join(FIX, *parts), "rb") as f:
-        return f.read()
 
 
 @pytest.fixture(autouse=True)
@@ -48,20 +42,6 @@ def lock_dir(tmp_path, monkeypatch):
     d = str(tmp_path / "locks")
     monkeypatch.setenv("GPUOPS_LOCK_DIR", d)
     return d
-
-
-@pytest.fixture
-def host(tmp_path):
-    d = tmp_path / "etc"
-    d.mkdir()
-    return d, str(tmp_path / "state")
-
-
-def args_for(cfg, state_dir, **kw):
-    a = {"runtime": "docker" if str(cfg).endswith(".json") else "containerd", "config_path": str(cfg),
-         "state_dir": state_dir, "restart_mode": "none", "validate": False}
-    a.update(kw)
-    return a
 
 
 def call(capsys, args):
@@ -99,8 +79,8 @@ def tree(d):
 @pytest.mark.parametrize("form", ["same", "dotdot", "symlink", "symlinked-dir", "hardlink", "relative-cwd",
                                   "relative-to-config-dir"])
 @pytest.mark.parametrize("state", ["present", "absent"])
-def test_drop_in_that_is_the_main_file_is_refused(host, capsys, monkeypatch, tmp_path, form, state):
-    d, st = host
+def test_drop_in_that_is_the_main_file_is_refused(runtime_host, capsys, monkeypatch, tmp_path, form, state):
+    d, st = runtime_host
     cfg = d / "config.toml"
     original = fx("containerd", "v2-custom.toml")
     cfg.write_bytes(original)
@@ -131,8 +111,8 @@ def test_drop_in_that_is_the_main_file_is_refused(host, capsys, monkeypatch, tmp
     assert cfg.read_bytes() == original and records(st) == []
 
 
-def test_drop_in_next_to_the_main_file_still_works(host, capsys):
-    d, st = host
+def test_drop_in_next_to_the_main_file_still_works(runtime_host, capsys):
+    d, st = runtime_host
     cfg = d / "config.toml"
     cfg.write_bytes(fx("containerd", "v2-custom.toml"))
     res = ok(capsys, args_for(cfg, st, drop_in_path=str(d / "nvidia.toml")))
@@ -162,8 +142,8 @@ class FailOnce(object):
         return real(src, dst, **kw)
 
 
-def test_drop_in_is_written_before_the_main_file(host, capsys, monkeypatch):
-    d, st = host
+def test_drop_in_is_written_before_the_main_file(runtime_host, capsys, monkeypatch):
+    d, st = runtime_host
     cfg = d / "config.toml"
     cfg.write_bytes(fx("containerd", "v3-custom.toml"))
     spy = FailOnce(monkeypatch)
@@ -173,8 +153,8 @@ def test_drop_in_is_written_before_the_main_file(host, capsys, monkeypatch):
 
 @pytest.mark.parametrize("failing", ["99-nvidia.toml", "config.toml"])
 @pytest.mark.parametrize("drop_in_existed", [False, True])
-def test_a_failed_write_restores_both_files(host, capsys, monkeypatch, failing, drop_in_existed):
-    d, st = host
+def test_a_failed_write_restores_both_files(runtime_host, capsys, monkeypatch, failing, drop_in_existed):
+    d, st = runtime_host
     cfg = d / "config.toml"
     drop = d / "conf.d" / "99-nvidia.toml"
     cfg.write_bytes(fx("containerd", "v2-custom.toml"))
@@ -201,8 +181,8 @@ def test_a_failed_write_restores_both_files(host, capsys, monkeypatch, failing, 
     assert tomllib.loads(drop.read_text())["plugins"][V2]["containerd"]["default_runtime_name"] == "nvidia"
 
 
-def test_a_failed_write_of_a_single_file_fails_cleanly(host, capsys, monkeypatch):
-    d, st = host
+def test_a_failed_write_of_a_single_file_fails_cleanly(runtime_host, capsys, monkeypatch):
+    d, st = runtime_host
     cfg = d / "daemon.json"
     original = fx("docker", "daemon.json")
     cfg.write_bytes(original)
@@ -212,8 +192,8 @@ def test_a_failed_write_of_a_single_file_fails_cleanly(host, capsys, monkeypatch
     assert cfg.read_bytes() == original and records(st) == []
 
 
-def test_absent_removes_the_import_before_the_drop_in(host, capsys, monkeypatch):
-    d, st = host
+def test_absent_removes_the_import_before_the_drop_in(runtime_host, capsys, monkeypatch):
+    d, st = runtime_host
     cfg = d / "config.toml"
     drop = d / "conf.d" / "99-nvidia.toml"
     original = fx("containerd", "v3-custom.toml")
@@ -234,9 +214,9 @@ def _script(path, body):
     return str(path)
 
 
-def test_a_failed_restart_restores_both_files_of_the_drop_in_mode(host, capsys, tmp_path):
+def test_a_failed_restart_restores_both_files_of_the_drop_in_mode(runtime_host, capsys, tmp_path):
     import socket
-    d, st = host
+    d, st = runtime_host
     cfg = d / "config.toml"
     drop = d / "conf.d" / "99-nvidia.toml"
     original = fx("containerd", "v2-custom.toml")
@@ -261,8 +241,8 @@ def test_a_failed_restart_restores_both_files_of_the_drop_in_mode(host, capsys, 
 
 # -- 5: backups never where the daemon reads configs --------------------------------------------
 
-def test_crio_backup_goes_outside_the_drop_in_directory(host, capsys):
-    d, st = host
+def test_crio_backup_goes_outside_the_drop_in_directory(runtime_host, capsys):
+    d, st = runtime_host
     confd = d / "crio.conf.d"
     confd.mkdir()
     drop = confd / "99-nvidia.toml"
@@ -278,8 +258,8 @@ def test_crio_backup_goes_outside_the_drop_in_directory(host, capsys):
     assert os.path.realpath(bk).startswith(os.path.realpath(res["backup_dir"]) + os.sep)
 
 
-def test_containerd_backups_of_both_files_go_to_backup_dir(host, capsys, tmp_path):
-    d, st = host
+def test_containerd_backups_of_both_files_go_to_backup_dir(runtime_host, capsys, tmp_path):
+    d, st = runtime_host
     cfg = d / "config.toml"
     drop = d / "conf.d" / "99-nvidia.toml"
     original = fx("containerd", "v3-custom.toml")
@@ -298,8 +278,8 @@ def test_containerd_backups_of_both_files_go_to_backup_dir(host, capsys, tmp_pat
 
 
 @pytest.mark.parametrize("where", ["crio.conf.d", "crio.conf.d/sub"])
-def test_backup_dir_inside_the_drop_in_directory_is_refused(host, capsys, where):
-    d, st = host
+def test_backup_dir_inside_the_drop_in_directory_is_refused(runtime_host, capsys, where):
+    d, st = runtime_host
     confd = d / "crio.conf.d"
     confd.mkdir()
     drop = confd / "99-nvidia.toml"
@@ -317,8 +297,8 @@ def test_backup_dir_inside_the_drop_in_directory_is_refused(host, capsys, where)
     ("crio", "99-nvidia.toml", b"[crio.runtime]\nlog_level = \"info\"\n"),
     ("docker", "daemon.json", fx("docker", "daemon.json")),
 ])
-def test_a_symlinked_config_is_edited_through_the_link(host, capsys, tmp_path, runtime, name, original):
-    d, st = host
+def test_a_symlinked_config_is_edited_through_the_link(runtime_host, capsys, tmp_path, runtime, name, original):
+    d, st = runtime_host
     real_dir = tmp_path / "real"
     real_dir.mkdir()
     real = real_dir / name
@@ -342,8 +322,8 @@ def test_a_symlinked_config_is_edited_through_the_link(host, capsys, tmp_path, r
     assert (st_.st_mode & 0o7777, st_.st_uid, st_.st_gid) == (0o640, 1234, 2345)
 
 
-def test_mode_and_owner_of_a_plain_config_are_kept(host, capsys):
-    d, st = host
+def test_mode_and_owner_of_a_plain_config_are_kept(runtime_host, capsys):
+    d, st = runtime_host
     cfg = d / "config.toml"
     cfg.write_bytes(fx("containerd", "v3-custom.toml"))
     os.chmod(str(cfg), 0o600)
@@ -380,8 +360,8 @@ def _child(args, delay, barrier, out):
     out.put((rc, json.loads(sys.stdout.getvalue() or "{}")))
 
 
-def test_two_concurrent_runs_both_land(host, lock_dir):
-    d, st = host
+def test_two_concurrent_runs_both_land(runtime_host, lock_dir):
+    d, st = runtime_host
     ctx = multiprocessing.get_context("fork")
     trials = 20
     for trial in range(trials):
