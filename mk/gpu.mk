@@ -7,7 +7,8 @@
 .PHONY: gpu-bundle test-gpu test-gpu-bundle
 
 gpu-bundle: venv install ## build and pack what the GPU node lane carries (.gpu-bundle/)
-	@# one containerd and one toolkit version for both lanes (mk/runtime.mk names them)
+	@# one containerd and one toolkit version for both lanes (mk/runtime.mk names them; containerd comes from
+	@# plugins/module_utils/_containerd_releases.py, build.sh reads the same when run on its own)
 	CONTAINERD_VERSION=$(CONTAINERD2_VERSION) NVIDIA_CTK_VERSION=$(NVIDIA_CTK_VERSION) bash tests/lab/gpu/build.sh
 
 test-gpu: ## run ON the GPU machine: the GPU node lane (needs .gpu-bundle and .collections)

@@ -5,7 +5,11 @@
 RUNTIME_CACHE       := $(GPUOPS_CACHE)/runtime
 GPU_BUNDLE_BIN      := $(GPUOPS_CACHE)/gpu/bin
 GPU_BUNDLE_STAMPS   := $(GPUOPS_CACHE)/gpu/stamps
-CONTAINERD2_VERSION ?= v2.4.2
+# the lanes' containerd 2.x: plugins/module_utils/_containerd_releases.py (the one place it is named);
+# CONTAINERD2_VERSION=vX.Y.Z in the environment or on the command line still wins
+ifeq ($(origin CONTAINERD2_VERSION),undefined)
+CONTAINERD2_VERSION := $(shell $(PYTHON3) $(ROOT)/docs/render_data.py --get containerd.lane)
+endif
 CONTAINERD2_BIN     := $(RUNTIME_CACHE)/containerd-$(CONTAINERD2_VERSION)/bin
 NVIDIA_CTK_VERSION  ?= v1.20.2
 NVIDIA_CTK_BIN      := $(RUNTIME_CACHE)/nvidia-ctk-$(NVIDIA_CTK_VERSION)/bin/nvidia-ctk
@@ -24,6 +28,7 @@ runtime-apt: ## Debian containerd 1.6, runc, dockerd (no daemon is started)
 
 runtime-containerd2: $(CONTAINERD2_BIN)/containerd $(CONTAINERD2_BIN)/ctr ## containerd 2.x + ctr from Go modules (cached)
 $(CONTAINERD2_BIN)/containerd $(CONTAINERD2_BIN)/ctr:
+	@[ -n "$(CONTAINERD2_VERSION)" ] || { echo "CONTAINERD2_VERSION is empty: $(PYTHON3) docs/render_data.py --get containerd.lane failed" >&2; exit 1; }
 	mkdir -p $(CONTAINERD2_BIN)
 	@# the GPU node bundle (make gpu-bundle, before this lane in make test) builds the same version with the
 	@# same tags and CGO off: reuse its binary rather than compile containerd a second time on a cold machine

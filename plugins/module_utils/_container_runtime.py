@@ -45,6 +45,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._toml import (
     dumps_tables,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import ApplyError, InputError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._containerd_releases import CONFIG_VERSIONS
 
 RUNTIMES = ("containerd", "crio", "docker")
 DEFAULT_CONFIG = {
@@ -59,12 +60,12 @@ DEFAULT_SOCKET = {
 }
 DEFAULT_UNIT = {"containerd": "containerd", "crio": "crio", "docker": "docker"}
 DEFAULT_BINARY = {"containerd": "containerd", "crio": "crio", "docker": "dockerd"}
-CRI_PLUGIN = {
-    1: ("plugins", "cri"),
-    2: ("plugins", "io.containerd.grpc.v1.cri"),
-    3: ("plugins", "io.containerd.cri.v1.runtime"),
-    4: ("plugins", "io.containerd.cri.v1.runtime"),   # containerd 2.2+ writes version 4, same CRI layout
-}
+# containerd config version -> the table holding ``containerd.runtimes`` (_containerd_releases.py has the facts)
+CRI_PLUGIN = {c["version"]: c["cri_plugin"] for c in CONFIG_VERSIONS}
+#: config versions drop_in_path works for / the module writes ``enable_cdi`` for
+_DROP_IN_VERSIONS = frozenset(c["version"] for c in CONFIG_VERSIONS if c["drop_in"])
+_ENABLE_CDI_VERSIONS = frozenset(c["version"] for c in CONFIG_VERSIONS if c["enable_cdi"])
+_EXPECTED_VERSIONS = "%s or %s" % (", ".join(str(v) for v in sorted(CRI_PLUGIN)[:-1]), max(CRI_PLUGIN))
 RUNC_V2 = "io.containerd.runc.v2"
 # k3s / RKE2 regenerate config.toml at every start from config.toml.tmpl
 _RANCHER_GENERATED = re.compile(r"/var/lib/rancher/(k3s|rke2)/agent/etc/containerd/config(-v3)?\.toml$")
@@ -232,7 +233,7 @@ def containerd_version(doc):
     version = doc.data.get("version")
     if version is not None:
         if isinstance(version, bool) or not isinstance(version, int) or version not in CRI_PLUGIN:
-            raise RuntimeConfigError("unsupported containerd config version %r (expected 1, 2, 3 or 4)" % (version,))
+            raise RuntimeConfigError("unsupported containerd config version %r (expected %s)" % (version, _EXPECTED_VERSIONS))
         return version
     plugins = doc.data.get("plugins")
     if isinstance(plugins, dict) and "cri" in plugins:
@@ -289,7 +290,7 @@ def _containerd_edit(doc, version, p):
         doc.set(default_path, name)
     elif doc.get(default_path) == name:
         doc.set(default_path, "runc")
-    if p.get("enable_cdi") and version < 3:
+    if p.get("enable_cdi") and version in _ENABLE_CDI_VERSIONS:
         # containerd 2.x (config 3+) has CDI on by default
         doc.set(cri_path + ("enable_cdi",), True)
     return {"config_version": version, "cri_plugin": cri_path[1], "inherited_from": base_name}
@@ -317,8 +318,8 @@ def configure_containerd(main_text, p, dropin_text=None):
     if not drop_in:
         info = _containerd_edit(doc, version, p)
         return doc.text, None, info
-    if version == 1:
-        raise RuntimeConfigError("drop_in_path needs containerd config version 2 or 3; %s is version 1" % path)
+    if version not in _DROP_IN_VERSIONS:
+        raise RuntimeConfigError("drop_in_path needs containerd config version 2 or 3; %s is version %d" % (path, version))
     # main file: version + imports
     if doc.data.get("version") is None:
         doc.set(("version",), version)

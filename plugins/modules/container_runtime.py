@@ -108,7 +108,7 @@ options:
       - Because containerd before 2.1 replaces whole plugin tables from imports instead of merging
         them, the drop-in carries a copy of the main file's whole CRI plugin section plus the
         NVIDIA runtime. Re-run the module after editing that section of the main file.
-      - Needs config version 2 or 3.
+      - Needs config version 2, 3 or 4 (a version 1 config is refused).
       - With O(state=absent) it may be left out when the drop-in was written with O(state_dir)
         records (the record of the main file names it).
       - Must not be O(config_path) itself; that is refused before anything changes, also when the two
@@ -258,7 +258,7 @@ drop_in_path:
   returned: when O(drop_in_path) is set (or, with O(state=absent), found in the main file's record)
   type: str
 config_version:
-  description: containerd config version detected (1, 2 or 3).
+  description: containerd config version detected (1, 2, 3 or 4).
   returned: when O(runtime=containerd) and O(state=present)
   type: int
   sample: 2

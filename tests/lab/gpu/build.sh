@@ -22,7 +22,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
-CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
+# the containerd 2.x of both lanes is named in plugins/module_utils/_containerd_releases.py only
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-$(python3 "$ROOT/docs/render_data.py" --get containerd.lane)}
 NVIDIA_CTK_VERSION=${NVIDIA_CTK_VERSION:-v1.20.2}
 DEVICE_PLUGIN_VERSION=${DEVICE_PLUGIN_VERSION:-v0.17.4}
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
