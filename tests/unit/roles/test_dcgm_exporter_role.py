@@ -10,8 +10,7 @@ import pytest
 from role_render import Role, by_kind, cr_errors, k8s_strict_errors
 
 ROLE = Role("dcgm_exporter")
-BASE = {"_dcgm_exporter_image_ref": "nvcr.io/nvidia/k8s/dcgm-exporter:4.6.0-4.8.3-distroless",
-        "_dcgm_exporter_sm": True}
+BASE = {"_dcgm_exporter_sm": True}
 GD_CRD = ("grafana-operator/grafana.integreatly.org_grafanadashboards.yaml", "v1beta1")
 DEFAULT_METRICS = ROLE.plain("defaults/main.yml")["dcgm_exporter_metrics"]
 SEED = ROLE.plain("vars/monitoring_seed_metrics.yml")["_dcgm_exporter_seed_metrics"]

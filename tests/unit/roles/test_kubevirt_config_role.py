@@ -46,13 +46,13 @@ def test_devices_entry_point_over_the_inventory():
 
 def test_sandbox_device_plugin_annotation_carries_the_same_names():
     names = ["nvidia.com/AD102GL_L40S", "nvidia.com/NVIDIA_A10-4Q"]
-    objs = SDP.render("sandbox_device_plugin.yaml.j2", _sandbox_device_plugin_image_ref="nvcr.io/nvidia/x:1",
+    objs = SDP.render("sandbox_device_plugin.yaml.j2", sandbox_device_plugin_image={"repository": "nvcr.io/nvidia", "image": "x", "version": "1"},
                       kubevirt_config_host_devices={"resource_names": names})
     ds = by_kind(objs, "DaemonSet", "nvidia-sandbox-device-plugin-daemonset")
     assert json.loads(ds["metadata"]["annotations"]["gpuops.nvidia/kubevirt-resources"]) == names
     assert k8s_strict_errors(ds) == []
     # absent (no devices computed): still renders
-    objs = SDP.render("sandbox_device_plugin.yaml.j2", _sandbox_device_plugin_image_ref="nvcr.io/nvidia/x:1")
+    objs = SDP.render("sandbox_device_plugin.yaml.j2", sandbox_device_plugin_image={"repository": "nvcr.io/nvidia", "image": "x", "version": "1"})
     ds = by_kind(objs, "DaemonSet", "nvidia-sandbox-device-plugin-daemonset")
     assert ds["metadata"]["annotations"]["gpuops.nvidia/kubevirt-resources"] == "[]"
 

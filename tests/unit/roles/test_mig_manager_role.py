@@ -6,7 +6,7 @@ import pytest
 from role_render import Role, by_kind, k8s_strict_errors
 
 ROLE = Role("mig_manager")
-BASE = {"_mig_manager_image_ref": "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.15.0"}
+BASE = {}
 
 
 def pod_spec(**overrides):
@@ -49,9 +49,9 @@ def test_defaults_match_argument_specs():
 
 def test_the_role_validates_its_configs_with_the_mig_config_modules_validator():
     """One validator, two users: the cluster's MIG manager refuses what mig_config refuses."""
-    ok, facts = ROLE.set_fact("prepare.yml", "Validate the MIG configs and resolve the image")
+    ok, facts = ROLE.set_fact("prepare.yml", "Validate the MIG configs")
     assert ok and "all-balanced" in facts["_mig_manager_config_names"]
     nonsense = {"version": "v1", "mig-configs": {"x": [{"devices": "all", "mig-enabled": True,
                                                         "mig-devices": {"9g.999gb": -3}}]}}
     with pytest.raises(Exception, match=r"'9g.999gb': count must be a positive integer, got -3"):
-        ROLE.set_fact("prepare.yml", "Validate the MIG configs and resolve the image", gpuops_mig_configs=nonsense)
+        ROLE.set_fact("prepare.yml", "Validate the MIG configs", gpuops_mig_configs=nonsense)

@@ -53,7 +53,7 @@ def _same(default, spec_default):
 
 def problems(role):
     specs, options = _options(role)
-    if "main" not in specs:
+    if "main" not in specs and not role.startswith("_"):  # a private role (roles/_common) has other entry points
         return ["no meta/argument_specs.yml with a main entry point"]
     defaults = _load(role, "defaults", "main.yml") or {}
     out = []
@@ -73,6 +73,46 @@ def problems(role):
 @pytest.mark.parametrize("role", ROLES)
 def test_defaults_and_argument_specs_agree(role):
     assert problems(role) == []
+
+
+#: the knobs the shared component base (roles/_common/tasks/component.yml) reads by a component's prefix
+COMMON_KNOBS = {"state": "str", "namespace": "str", "field_manager": "str", "wait_timeout": "int", "image": "dict",
+                "registry": "str", "image_pull_policy": "str", "image_pull_secrets": "list", "tolerations": "list",
+                "priority_class": "str"}
+COMPONENTS = [r for r in ROLES if not r.startswith("_")
+              and "gpuops.nvidia._common" in open(os.path.join(REPO, "roles", r, "tasks", "main.yml")).read()]
+
+
+def knob_problems(role):
+    """A component role declares every knob the base reads, with the same type; its manifest template is where
+    the base looks for it; and the knobs the base publishes replace the role's own copies."""
+    _, options = _options(role)
+    defaults = _load(role, "defaults", "main.yml") or {}
+    out = []
+    for knob, typ in COMMON_KNOBS.items():
+        name = "%s_%s" % (role, knob)
+        if name not in defaults:
+            out.append("%s: no default" % name)
+        if (options.get(name) or {}).get("type") != typ:
+            out.append("%s: argument spec type %r, the base wants %r" % (name, (options.get(name) or {}).get("type"), typ))
+    if not os.path.isfile(os.path.join(REPO, "roles", role, "templates", role + ".yaml.j2")):
+        out.append("no templates/%s.yaml.j2" % role)
+    for root, _dirs, files in os.walk(os.path.join(REPO, "roles", role)):
+        for f in files:
+            text = open(os.path.join(root, f)).read()
+            for own in ("_%s_image_ref" % role, "Ensure the namespace", "{% set labels = {"):
+                if own in text:
+                    out.append("%s: %r is the base's job" % (os.path.relpath(os.path.join(root, f), REPO), own))
+    return out
+
+
+def test_the_component_roles_use_the_base():
+    assert len(COMPONENTS) >= 8, COMPONENTS
+
+
+@pytest.mark.parametrize("role", COMPONENTS)
+def test_component_declares_what_the_base_reads(role):
+    assert knob_problems(role) == []
 
 
 def test_the_check_catches_a_drifted_default(tmp_path):
