@@ -10,6 +10,10 @@
 Data files (pure data, no imports, so this reads them without Ansible's collection loader):
 
     plugins/module_utils/_containerd_releases.py   containerd release lines, config versions, lane versions
+    plugins/plugin_utils/_components.py            the cluster components' images (each role's <role>_image)
+
+Besides the docs' blocks, ``--write`` rewrites each component role's ``<role>_image`` default in
+defaults/main.yml and meta/argument_specs.yml from _components.py (the roles' YAML cannot import Python).
 
 A generated block in a doc sits between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``; everything between
 the markers is replaced.  ``--get`` keys:
@@ -30,6 +34,7 @@ import sys
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 CONTAINERD_DATA = os.path.join("plugins", "module_utils", "_containerd_releases.py")
+COMPONENTS_DATA = os.path.join("plugins", "plugin_utils", "_components.py")
 
 
 def load(rel, repo=REPO):
@@ -77,8 +82,8 @@ def _key(path):
     return ".".join(p if re.match(r"^[A-Za-z0-9_-]+$", p) else '"%s"' % p for p in path)
 
 
-def render_containerd_releases(data=None):
-    data = data or containerd()
+def render_containerd_releases(data=None, repo=REPO):
+    data = data or containerd(repo)
     versions = {c["version"]: c for c in data.CONFIG_VERSIONS}
     cdi = {"none": "none", "enable_cdi": "`enable_cdi = true` needed", "default": "on by default"}
     imports = {"replace": "replace the importing file's", "merge": "merge into the importing file's"}
@@ -103,10 +108,50 @@ def render_containerd_releases(data=None):
     return "\n".join(lines) + "\n"
 
 
+def components(repo=REPO):
+    return load(COMPONENTS_DATA, repo)
+
+
+def render_component_images(data=None, repo=REPO):
+    data = data or components(repo)
+    lines = ["Generated from `%s` by `python docs/render_data.py --write` (GPU Operator %s): edit the data "
+             "file, not this table." % (COMPONENTS_DATA, data.OPERATOR_VERSION), ""]
+    lines += _table(["role", "image (`<role>_image`)", "ClusterPolicy field"],
+                    [["`%s`" % role, "`%s/%s:%s`" % (c["repository"], c["image"], c["version"]),
+                      "`spec.%s`" % c["clusterpolicy"] if c["clusterpolicy"] else "—"]
+                     for role, c in data.IMAGES.items()])
+    return "\n".join(lines) + "\n"
+
+
 #: (doc, block name) -> renderer
 BLOCKS = {
     ("docs/runtime.md", "containerd-releases"): render_containerd_releases,
+    ("docs/cluster-lane.md", "component-images"): render_component_images,
 }
+
+
+def _image_block(text, role, image, path):
+    """``text`` with the repository/image/version lines under ``<role>_image:`` set to ``image``."""
+    pat = re.compile(r"(^[ \t]*%s_image:\n(?:[ \t]+[a-z_]+:.*\n){0,3}?)" % re.escape(role)
+                     + r"([ \t]+)repository: .*\n\2image: .*\n\2version: .*\n", re.M)
+    found = pat.findall(text)
+    if len(found) != 1:
+        raise ValueError("%s: expected one %s_image block with repository/image/version lines, found %d"
+                         % (path, role, len(found)))
+    return pat.sub(lambda m: "%s%srepository: %s\n%simage: %s\n%sversion: %s\n" % (
+        m.group(1), m.group(2), image["repository"], m.group(2), image["image"], m.group(2), image["version"]), text)
+
+
+def rendered_roles(repo=REPO):
+    """{role file: (current text, text with its <role>_image default from _components.py)}."""
+    out = {}
+    for role, c in sorted(components(repo).IMAGES.items()):
+        for rel in ("defaults/main.yml", "meta/argument_specs.yml"):
+            doc = os.path.join("roles", role, rel)
+            with open(os.path.join(repo, doc), encoding="utf-8") as fh:
+                text = fh.read()
+            out[doc] = (text, _image_block(text, role, c, doc))
+    return out
 
 
 def _splice(text, name, body):
@@ -118,25 +163,28 @@ def _splice(text, name, body):
     return head + begin + body + end + tail
 
 
-def rendered(repo=REPO):
-    """{doc path: (current text, text with every block regenerated)}."""
+def rendered(repo=REPO, blocks=None, roles=True):
+    """{doc path: (current text, text with every block regenerated)}; ``blocks`` (default: all) limits the docs'
+    blocks, ``roles`` adds the role files."""
     out = {}
-    for (doc, name), render in sorted(BLOCKS.items()):
+    for (doc, name), render in sorted((blocks or BLOCKS).items()):
         path = os.path.join(repo, doc)
         if doc not in out:
             with open(path, encoding="utf-8") as fh:
                 text = fh.read()
             out[doc] = (text, text)
         try:
-            out[doc] = (out[doc][0], _splice(out[doc][1], name, render()))
+            out[doc] = (out[doc][0], _splice(out[doc][1], name, render(repo=repo)))
         except ValueError as e:
             raise ValueError("%s: %s" % (doc, e))
+    if roles:
+        out.update(rendered_roles(repo))
     return out
 
 
-def stale(repo=REPO):
-    """Docs whose generated blocks differ from the data."""
-    return [doc for doc, (cur, new) in sorted(rendered(repo).items()) if cur != new]
+def stale(repo=REPO, blocks=None, roles=True):
+    """Docs (and role files) whose generated parts differ from the data."""
+    return [doc for doc, (cur, new) in sorted(rendered(repo, blocks, roles).items()) if cur != new]
 
 
 def main(argv=None):

@@ -28,21 +28,13 @@ import re
 import yaml
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils._components import IMAGES
 
 # Image components with a cluster role here: ClusterPolicy key -> (role prefix, default image of the
-# role's defaults/main.yml, GPU Operator v26.7.0). tests/unit check this table against the roles.
+# role's defaults/main.yml), from the one data file (plugin_utils/_components.py).
 IMAGE_COMPONENTS = {
-    "devicePlugin": ("device_plugin", {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": "v0.20.0"}),
-    "gfd": ("gfd", {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": "v0.20.0"}),
-    "dcgmExporter": ("dcgm_exporter", {"repository": "nvcr.io/nvidia/k8s", "image": "dcgm-exporter",
-                                       "version": "4.6.0-4.8.3-distroless"}),
-    "migManager": ("mig_manager", {"repository": "nvcr.io/nvidia/cloud-native", "image": "k8s-mig-manager",
-                                   "version": "v0.15.0"}),
-    "validator": ("validator", {"repository": "nvcr.io/nvidia", "image": "gpu-operator", "version": "v26.7.0"}),
-    "vgpuDeviceManager": ("vgpu_device_manager", {"repository": "nvcr.io/nvidia/cloud-native",
-                                                  "image": "vgpu-device-manager", "version": "v0.5.0"}),
-    "sandboxDevicePlugin": ("sandbox_device_plugin", {"repository": "nvcr.io/nvidia",
-                                                      "image": "kubevirt-gpu-device-plugin", "version": "v1.6.0"}),
+    c["clusterpolicy"]: (role, {f: c[f] for f in ("repository", "image", "version")})
+    for role, c in IMAGES.items() if c["clusterpolicy"]
 }
 # ClusterPolicy component -> the entry of gpuops_cluster_components it turns on or off
 COMPONENT_ROLES = {
