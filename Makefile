@@ -62,7 +62,7 @@ test: ## everything CI runs
 	$(if $(strip $(EXTRA_TEST_TARGETS)),$(MAKE) $(EXTRA_TEST_TARGETS))
 
 test-unit: install ## unit tests over captured and synthetic node data (the installed tarball)
-	GPUOPS_COLLECTIONS=$(COLLECTIONS) $(BIN)/pytest -q tests/unit
+	GPUOPS_COLLECTIONS=$(COLLECTIONS) $(BIN)/pytest -q -n auto tests/unit
 
 ANSIBLE_TEST_PIP := $(HOME)/.ansible/test/cache/get_pip_24_2.py
 
