@@ -86,7 +86,7 @@ COMPONENTS = [r for r in ROLES if not r.startswith("_")
 def knob_problems(role):
     """A component role declares every knob the base reads, with the same type; its manifest template is where
     the base looks for it; and the knobs the base publishes replace the role's own copies."""
-    _, options = _options(role)
+    options = _options(role)[1]
     defaults = _load(role, "defaults", "main.yml") or {}
     out = []
     for knob, typ in COMMON_KNOBS.items():
