@@ -36,7 +36,7 @@ END = "<!-- END generated -->"
 
 # Roles that talk to the Kubernetes API (kubernetes.core) from the controller.
 CLUSTER_ROLES = {
-    "_common", "dcgm_exporter", "device_plugin", "gfd", "gpu_operator", "kubevirt_config", "mig_manager", "nfd", "node_labels",
+    "common", "dcgm_exporter", "device_plugin", "gfd", "gpu_operator", "kubevirt_config", "mig_manager", "nfd", "node_labels",
     "policies", "runtime_class", "sandbox_device_plugin", "validator", "vgpu_device_manager",
 }
 
@@ -58,15 +58,14 @@ _CLUSTER_PLAY = """\
 # Example plays; cluster roles use _CLUSTER_PLAY with these vars.
 EXAMPLES = {
     # private base: what a component role's tasks/main.yml does after validating its own inputs
-    "_common": """\
+    "common": """\
 - name: A component through the shared base
   hosts: localhost
   gather_facts: false
   tasks:
     - name: Namespace, manifests, rollout or removal
       ansible.builtin.include_role:
-        name: gpuops.nvidia._common
-        tasks_from: component.yml
+        name: gpuops.nvidia.common
       vars:
         _common_component: device_plugin
         _common_app: nvidia-device-plugin

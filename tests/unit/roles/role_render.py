@@ -72,11 +72,11 @@ class Role:
         return Templar(loader=self.loader, variables=self.variables(**overrides))
 
     def common_facts(self, **overrides):
-        """What the shared component base (roles/_common, tasks/component.yml) publishes for this role's
+        """What the shared component base (roles/common, tasks/main.yml) publishes for this role's
         manifest, from the base's own set_fact task and the include vars in this role's tasks/main.yml."""
         include = self.task("main.yml", next(t["name"] for t in _trust(self.load("tasks/main.yml"))
-                                             if (t.get("ansible.builtin.include_role") or {}).get("name") == "gpuops.nvidia._common"))
-        base = Role("_common").task("component.yml", "Shared inputs of {{ _common_component }}")
+                                             if (t.get("ansible.builtin.include_role") or {}).get("name") == "gpuops.nvidia.common"))
+        base = Role("common").task("main.yml", "Shared inputs of {{ _common_component }}")
         tv = self.variables(**overrides)
         tv.update(include["vars"])
         tv.update(base.get("vars") or {})
@@ -87,7 +87,7 @@ class Role:
         """The template's objects, as kubernetes.core.k8s gets them (template: <name>): its action
         plugin renders with these options (plugins/action/k8s_info.py, load_template). A component
         role's template gets what the shared base publishes (common_facts) first."""
-        if os.path.exists(os.path.join(ROLES, "_common")) and "gpuops.nvidia._common" in open(os.path.join(self.path, "tasks", "main.yml")).read():
+        if os.path.exists(os.path.join(ROLES, "common")) and "gpuops.nvidia.common" in open(os.path.join(self.path, "tasks", "main.yml")).read():
             overrides = dict(self.common_facts(**overrides), **overrides)
         with open(os.path.join(self.path, "templates", template)) as f:
             text = self.templar(**overrides).template(

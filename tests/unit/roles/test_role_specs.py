@@ -53,7 +53,7 @@ def _same(default, spec_default):
 
 def problems(role):
     specs, options = _options(role)
-    if "main" not in specs and not role.startswith("_"):  # a private role (roles/_common) has other entry points
+    if "main" not in specs:
         return ["no meta/argument_specs.yml with a main entry point"]
     defaults = _load(role, "defaults", "main.yml") or {}
     out = []
@@ -75,12 +75,12 @@ def test_defaults_and_argument_specs_agree(role):
     assert problems(role) == []
 
 
-#: the knobs the shared component base (roles/_common/tasks/component.yml) reads by a component's prefix
+#: the knobs the shared component base (roles/common/tasks/main.yml) reads by a component's prefix
 COMMON_KNOBS = {"state": "str", "namespace": "str", "field_manager": "str", "wait_timeout": "int", "image": "dict",
                 "registry": "str", "image_pull_policy": "str", "image_pull_secrets": "list", "tolerations": "list",
                 "priority_class": "str"}
-COMPONENTS = [r for r in ROLES if not r.startswith("_")
-              and "gpuops.nvidia._common" in open(os.path.join(REPO, "roles", r, "tasks", "main.yml")).read()]
+COMPONENTS = [r for r in ROLES if r != "common"
+              and "gpuops.nvidia.common" in open(os.path.join(REPO, "roles", r, "tasks", "main.yml")).read()]
 
 
 def knob_problems(role):
