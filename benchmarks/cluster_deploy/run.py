@@ -87,6 +87,7 @@ def run_playbook(env, inventory, log_name):
            os.path.join(ROOT, "playbooks", "cluster.yml"),
            "-e", "gpuops_cluster_components=['runtime_class','nfd','gfd','device_plugin','dcgm_exporter','mig_manager','validator']"]
     # rollouts of thousands of pods on 2 cores outlast the roles' 600 s default waits
+    cmd += ["-e", "gpuops_cluster_wait_timeout=%d" % WAIT_TIMEOUT]
     for role in ("nfd", "gfd", "device_plugin", "dcgm_exporter", "mig_manager", "validator"):
         cmd += ["-e", "%s_wait_timeout=%d" % (role, WAIT_TIMEOUT)]
     t0 = time.time()

@@ -309,6 +309,12 @@ def k8s_job_outcomes(resources, wanted):
     return kj.outcomes(_k8s_resources(resources, "Job resources"), _names(wanted, "wanted Job names"))
 
 
+@_refusing
+def k8s_rollouts_pending(workloads):
+    """k8s_info DaemonSet/Deployment resources -> ['Kind/ns/name: why'] of those not rolled out yet."""
+    return kj.rollouts_pending(_k8s_resources(workloads, "DaemonSet/Deployment resources"))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -329,4 +335,5 @@ class FilterModule:
             "k8s_job_outcomes": k8s_job_outcomes,
             "k8s_named_objects": k8s_named_objects,
             "k8s_gpu_allocatable_split": k8s_gpu_allocatable_split,
+            "k8s_rollouts_pending": k8s_rollouts_pending,
         }

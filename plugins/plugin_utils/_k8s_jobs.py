@@ -160,3 +160,29 @@ def split_by_gpu_allocatable(nodes):
     for n in _resources(nodes, "Node resources"):
         (with_gpus if gpu_allocatable(n) > 0 else without).append(n["metadata"]["name"])
     return sorted(with_gpus), sorted(without)
+
+
+def rollouts_pending(workloads):
+    """DaemonSets and Deployments (API objects) -> 'Kind/namespace/name: why' for each not rolled out.
+
+    Rolled out: the controller has seen the current spec (observedGeneration), and every pod it wants is
+    updated and Ready (DaemonSet: desired/updated/ready; Deployment: replicas/updated/available)."""
+    out = []
+    for w in workloads:
+        meta, status, kind = w.get("metadata") or {}, w.get("status") or {}, w.get("kind") or "DaemonSet"
+        name = "%s/%s/%s" % (kind, meta.get("namespace", ""), meta.get("name"))
+        if meta.get("deletionTimestamp"):
+            continue
+        if (status.get("observedGeneration") or 0) < (meta.get("generation") or 0):
+            out.append("%s: spec not yet seen by its controller" % name)
+            continue
+        if kind == "Deployment":
+            want = (w.get("spec") or {}).get("replicas", 1)
+            have = {"updated": status.get("updatedReplicas") or 0, "available": status.get("availableReplicas") or 0}
+        else:
+            want = status.get("desiredNumberScheduled") or 0
+            have = {"updated": status.get("updatedNumberScheduled") or 0, "ready": status.get("numberReady") or 0}
+        short = {k: v for k, v in have.items() if v < want}
+        if short:
+            out.append("%s: %s of %d" % (name, ", ".join("%d %s" % (v, k) for k, v in short.items()), want))
+    return out

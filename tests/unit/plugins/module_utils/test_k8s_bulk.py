@@ -1,0 +1,205 @@
+# SPDX-License-Identifier: Apache-2.0
+"""k8s_bulk_apply's logic against a small server-side-apply model: what is sent, what counts as a change.
+
+The model keeps each object and one managedFields entry per manager (its applied field set), as the API
+server does for server-side apply; the real server is exercised by the cluster lane and the benchmark."""
+from __future__ import annotations
+
+import copy
+import threading
+
+import pytest
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_bulk as kb
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+
+
+def fields_v1(obj):
+    out = {}
+    for path in kb.leaf_paths(obj):
+        node = out
+        for key in path:
+            node = node.setdefault("f:" + key, {})
+    return out
+
+
+class Server:
+    """Objects by (kind, namespace, name); apply = SSA of one manager (fields it no longer gives are removed)."""
+
+    def __init__(self):
+        self.objects, self.reads, self.writes, self.lock = {}, 0, [], threading.Lock()
+        self.refuse = set()
+
+    def put(self, obj, manager=None):
+        obj = copy.deepcopy(obj)
+        owned = fields_v1(obj)
+        obj.setdefault("metadata", {}).setdefault("managedFields", [])
+        if manager:
+            obj["metadata"]["managedFields"].append({"manager": manager, "operation": "Apply", "fieldsV1": owned})
+        self.objects[(obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])] = obj
+
+    def read(self, api_version, kind, namespace, names):
+        self.reads += 1
+        return {k[2]: copy.deepcopy(v) for k, v in self.objects.items() if k[0] == kind and k[1] == namespace and k[2] in names}
+
+    def apply_as(self, manager):
+        def apply(obj):
+            with self.lock:
+                self.writes.append(kb.object_id(obj))
+                if obj["metadata"]["name"] in self.refuse:
+                    raise RuntimeError("422 admission webhook said no")
+                key = (obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"])
+                live = copy.deepcopy(self.objects.get(key) or {"apiVersion": obj["apiVersion"], "kind": obj["kind"],
+                                                               "metadata": {"name": obj["metadata"]["name"]}})
+                mf = live["metadata"].setdefault("managedFields", [])
+                old = next((e for e in mf if e["manager"] == manager), None)
+                # fields we owned and no longer give: removed (labels here)
+                for path in kb.owned_paths(live, manager) - kb.leaf_paths(obj):
+                    parent = kb.value_at(live, path[:-1])
+                    if isinstance(parent, dict):
+                        parent.pop(path[-1], None)
+                for path in kb.leaf_paths(obj):
+                    node = live
+                    for key_ in path[:-1]:
+                        node = node.setdefault(key_, {})
+                    node[path[-1]] = copy.deepcopy(kb.value_at(obj, path))
+                if old:
+                    mf.remove(old)
+                mf.append({"manager": manager, "operation": "Apply", "fieldsV1": fields_v1(obj)})
+                live.setdefault("status", {})["heartbeat"] = len(self.writes)  # status moves on every write
+                self.objects[key] = live
+                return copy.deepcopy(live)
+        return apply
+
+
+def node(name, labels, taints=None):
+    obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels)}}
+    if taints is not None:
+        obj["spec"] = {"taints": taints}
+    return obj
+
+
+def run(server, objects, manager="gpuops", concurrency=8):
+    return kb.Applier(server.read, server.apply_as(manager), manager, concurrency).run(objects)
+
+
+def test_first_apply_then_noop_sends_nothing():
+    server = Server()
+    for i in range(50):
+        server.put(node("n%d" % i, {"kubernetes.io/hostname": "n%d" % i}))  # kubelet's labels, not ours
+    want = [node("n%d" % i, {"nvidia.com/gpu.present": "true"}, taints=[]) for i in range(50)]
+    result, diffs = run(server, want)
+    assert result["changed"] and len(result["updated"]) == 50 and result["requests"] == {"read": 1, "apply": 50}
+    assert len(diffs) == 50 and '"nvidia.com/gpu.present": "true"' in diffs[0]["after"]
+    server.writes.clear()
+    result, diffs = run(server, want)
+    assert not result["changed"] and result["in_sync"] == 50 and server.writes == [] and diffs == []
+    assert result["requests"] == {"read": 1, "apply": 0}
+    # kubelet's label is untouched
+    assert server.objects[("Node", None, "n3")]["metadata"]["labels"]["kubernetes.io/hostname"] == "n3"
+
+
+def test_only_the_nodes_that_differ_are_written():
+    server = Server()
+    for i in range(10):
+        server.put(node("n%d" % i, {"a": "1"}, taints=[]), manager="gpuops")
+    want = [node("n%d" % i, {"a": "2" if i in (3, 7) else "1"}, taints=[]) for i in range(10)]
+    result, _ = run(server, want)
+    assert sorted(server.writes) == ["Node/n3", "Node/n7"] and result["updated"] == ["Node/n3", "Node/n7"]
+
+
+def test_a_label_we_stop_giving_is_removed_and_is_a_change():
+    server = Server()
+    server.put(node("n0", {"a": "1", "b": "1"}), manager="gpuops")
+    result, diffs = run(server, [node("n0", {"a": "1"})])
+    assert result["updated"] == ["Node/n0"] and "b" not in server.objects[("Node", None, "n0")]["metadata"]["labels"]
+    assert '"b": "1"' in diffs[0]["before"] and '"b"' not in diffs[0]["after"]
+
+
+def test_same_value_owned_by_someone_else_is_still_applied():
+    # the value is there but not ours: skipping would leave us unable to remove it later
+    server = Server()
+    server.put(node("n0", {"a": "1"}), manager="kubectl")
+    assert not kb.in_sync(node("n0", {"a": "1"}), server.objects[("Node", None, "n0")], "gpuops")
+    result, _ = run(server, [node("n0", {"a": "1"})])
+    assert server.writes == ["Node/n0"] and result["updated"] == ["Node/n0"]  # our field set changed
+
+
+def test_status_moving_is_not_a_change():
+    server = Server()
+    server.put(node("n0", {"a": "1"}), manager="gpuops")
+    # force a send although in sync, by an object the model sees as not ours: a different manager name
+    applier = kb.Applier(server.read, server.apply_as("gpuops"), "gpuops", 1)
+    before = server.objects[("Node", None, "n0")]
+    after = server.apply_as("gpuops")(node("n0", {"a": "1"}))
+    assert after["status"] != before.get("status")
+    assert not kb.changed(node("n0", {"a": "1"}), before, after, "gpuops")
+    assert applier.run([node("n0", {"a": "1"})])[0]["in_sync"] == 1
+
+
+def test_created_objects_and_server_defaults():
+    server = Server()
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "gpu-operator"},
+           "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+    result, _ = run(server, [job])
+    assert result["created"] == ["Job/gpu-operator/j"]
+    # the server adds defaults inside list items; still in sync
+    live = server.objects[("Job", "gpu-operator", "j")]
+    live["spec"]["template"]["spec"]["containers"][0]["terminationMessagePath"] = "/dev/termination-log"
+    server.writes.clear()
+    result, _ = run(server, [job])
+    assert result["in_sync"] == 1 and server.writes == []
+
+
+def test_type_matters_in_comparisons():
+    assert not kb.matches("1", 1) and not kb.matches(True, 1) and kb.matches({"a": [1]}, {"a": [1], "b": 2})
+    assert not kb.matches([1], [1, 2])
+
+
+def test_failures_are_listed_and_the_others_applied():
+    server = Server()
+    server.refuse = {"n2"}
+    with pytest.raises(kb.PartialApply) as e:
+        run(server, [node("n%d" % i, {"a": "1"}) for i in range(4)])
+    assert "1 of 4 object(s)" in str(e.value) and "Node/n2: 422 admission webhook said no" in str(e.value)
+    assert sorted(e.value.updated + e.value.created) == ["Node/n0", "Node/n1", "Node/n3"]
+    assert e.value.result()["failed"] == [{"object": "Node/n2", "error": "422 admission webhook said no"}]
+
+
+@pytest.mark.parametrize("objects, text", [
+    ("nodes", "objects must be a list"),
+    ([{"kind": "Node", "metadata": {"name": "a"}}], "objects[0] has no valid apiVersion"),
+    ([{"apiVersion": "v1", "kind": "Node", "metadata": {}}], "metadata.name"),
+    ([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "namespace": 3}}], "metadata.namespace"),
+    ([node("a", {}), node("a", {"x": "y"})], "Node/a is given twice"),
+    (["a"], "objects[0] is not a mapping"),
+])
+def test_bad_input_is_refused_before_any_request(objects, text):
+    server = Server()
+    with pytest.raises(InputError, match=text.replace("[", r"\[").replace("]", r"\]")):
+        run(server, objects)
+    assert server.reads == 0 and server.writes == []
+
+
+@pytest.mark.parametrize("manager, concurrency", [("", 4), ("m", 0), ("m", 1000), ("m", True)])
+def test_bad_settings(manager, concurrency):
+    with pytest.raises(InputError):
+        kb.Applier(None, None, manager, concurrency)
+
+
+def test_one_read_per_kind_and_namespace():
+    server = Server()
+    objs = [node("n%d" % i, {"a": "1"}) for i in range(3)] + [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c%d" % i, "namespace": ns}, "data": {"k": "v"}}
+        for i, ns in enumerate(["a", "a", "b"])]
+    result, _ = run(server, objs)
+    assert server.reads == 3 and result["requests"]["read"] == 3 and len(result["created"]) == 6
+
+
+def test_owned_paths_reads_list_items_as_one_field():
+    live = {"metadata": {"managedFields": [{"manager": "m", "operation": "Apply", "fieldsV1": {
+        "f:metadata": {"f:labels": {".": {}, "f:a": {}}},
+        "f:spec": {"f:taints": {"k:{\"effect\":\"NoSchedule\",\"key\":\"x\"}": {".": {}, "f:key": {}}}}}},
+        {"manager": "m", "operation": "Update", "fieldsV1": {"f:spec": {"f:other": {}}}},
+        {"manager": "m", "operation": "Apply", "subresource": "status", "fieldsV1": {"f:status": {"f:x": {}}}}]}}
+    assert kb.owned_paths(live, "m") == {("metadata", "labels", "a"), ("spec", "taints")}
