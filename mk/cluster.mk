@@ -25,6 +25,7 @@ test-cluster: install cluster-build ## cluster lane: placement, labels, idempote
 	$(CLUSTER_ENV) tests/lab/cluster/run-tests.sh $(CLUSTER_TEST_ARGS)
 
 bench-cluster: install cluster-build ## benchmarks/cluster_deploy at $(BENCH_NODES) KWOK nodes
+	$(CLUSTER_ENV) tests/lab/cluster/build.sh kubectl
 	$(CLUSTER_ENV) $(PY) benchmarks/cluster_deploy/run.py --nodes $(BENCH_NODES) --out benchmarks/cluster_deploy/results.json
 
 EXTRA_TEST_TARGETS += test-cluster

@@ -21,10 +21,13 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import floor  # noqa: E402
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 LAB = os.path.join(ROOT, "tests", "lab", "cluster")
 CACHE = os.environ.get("GPUOPS_CACHE", os.path.expanduser("~/.cache/gpuops"))
-DIR = os.path.join(CACHE, "cluster", "bench")
+DIR = os.environ.get("CLUSTER_BENCH_DIR", os.path.join(CACHE, "cluster", "bench"))
 PORT_BASE = os.environ.get("CLUSTER_BENCH_PORT_BASE", "26643")
 WAIT_TIMEOUT = int(os.environ.get("BENCH_WAIT_TIMEOUT", "5400"))
 DAEMONSETS = ["nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-dcgm-exporter",
@@ -40,16 +43,25 @@ def client_of(user_agent):
     for key in ("kube-controller-manager", "kube-scheduler", "kwok", "kube-apiserver"):
         if key in ua:
             return key
+    if "gpuops-floor-python" in ua:
+        return "floor (python client)"
+    if ua.startswith("kubectl"):
+        return "floor (kubectl)"
     if "openapi-generator" in ua or "python" in ua:
-        return "ansible (kubernetes.core)"
+        return "ansible (playbook)"
     return "other"
 
 
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
+
+
 def count_audit(path, since):
-    """Requests (ResponseComplete stage) after ``since`` (epoch seconds), by client and verb."""
-    by_client, by_verb = collections.Counter(), collections.Counter()
+    """Requests (ResponseComplete stage) after ``since`` (epoch seconds): by client, by verb of the
+    clients we measure (the playbook, the floors), and their write requests."""
+    by_client, by_verb, writes = collections.Counter(), collections.Counter(), collections.Counter()
     if not os.path.exists(path):
-        return {}, {}
+        return {}, {}, {}, {}
+    by_resource = collections.Counter()
     with open(path) as f:
         for line in f:
             ev = json.loads(line)
@@ -62,9 +74,13 @@ def count_audit(path, since):
                 continue
             who = client_of(ev.get("userAgent"))
             by_client[who] += 1
-            if who.startswith("ansible"):
+            if who.startswith(("ansible", "floor")):
                 by_verb[ev.get("verb")] += 1
-    return dict(by_client), dict(by_verb)
+                if ev.get("verb") in WRITES:
+                    writes[who] += 1
+                    if who.startswith("ansible"):
+                        by_resource[(ev.get("objectRef") or {}).get("resource")] += 1
+    return dict(by_client), dict(by_verb), dict(writes), dict(by_resource)
 
 
 LOGS = os.path.join(CACHE, "cluster", "bench-logs")
@@ -82,12 +98,12 @@ def changed_tasks(stdout):
     return out
 
 
-def run_playbook(env, inventory, log_name):
+def run_playbook(env, inventory, log_name, concurrency=16):
     cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", inventory,
            os.path.join(ROOT, "playbooks", "cluster.yml"),
            "-e", "gpuops_cluster_components=['runtime_class','nfd','gfd','device_plugin','dcgm_exporter','mig_manager','validator']"]
     # rollouts of thousands of pods on 2 cores outlast the roles' 600 s default waits
-    cmd += ["-e", "gpuops_cluster_wait_timeout=%d" % WAIT_TIMEOUT]
+    cmd += ["-e", "gpuops_cluster_wait_timeout=%d" % WAIT_TIMEOUT, "-e", "gpuops_k8s_concurrency=%d" % concurrency]
     for role in ("nfd", "gfd", "device_plugin", "dcgm_exporter", "mig_manager", "validator"):
         cmd += ["-e", "%s_wait_timeout=%d" % (role, WAIT_TIMEOUT)]
     t0 = time.time()
@@ -117,9 +133,8 @@ def verify(kubeconfig, n):
     assert len(validated) == n, len(validated)  # every node's validation Job completed
 
 
-def one(n, keep):
-    env = dict(os.environ, GPUOPS_CACHE=CACHE, CLUSTER_DIR=DIR, CLUSTER_PORT_BASE=PORT_BASE, CLUSTER_AUDIT="1",
-               PYTHON=os.path.join(ROOT, ".venv", "bin", "python"))
+def fresh_cluster(n, env):
+    """A new control plane with N KWOK GPU nodes, all Ready; -> (up seconds, ready seconds, core API)."""
     sh([os.path.join(LAB, "down.sh"), "--purge"], env=env)
     os.makedirs(DIR, exist_ok=True)
     spec = os.path.join(DIR, "..", "bench-spec-%d.yml" % n)
@@ -130,15 +145,9 @@ def one(n, keep):
     t0 = time.time()
     sh([os.path.join(LAB, "up.sh"), spec], env=env)
     up_s = time.time() - t0
-    kubeconfig = os.path.join(DIR, "kubeconfig")
-    inventory = os.path.join(DIR, "inventory.yml")
-    penv = dict(env, ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH", os.path.join(ROOT, ".collections")),
-                ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), K8S_AUTH_KUBECONFIG=kubeconfig,
-                PATH=os.path.join(CACHE, "cluster", "bin") + os.pathsep + os.environ["PATH"])
-    # wait until KWOK has every node Ready
     from kubernetes import client, config
 
-    config.load_kube_config(kubeconfig)
+    config.load_kube_config(os.path.join(DIR, "kubeconfig"))
     core = client.CoreV1Api()
     deadline = time.time() + 600
     while time.time() < deadline:
@@ -147,28 +156,61 @@ def one(n, keep):
         if ready >= n:
             break
         time.sleep(1)
-    nodes_ready_s = time.time() - t0
+    return up_s, time.time() - t0, core
+
+
+def requests_since(audit, since, n):
+    time.sleep(3)  # audit batch flush
+    by_client, by_verb, writes, by_resource = count_audit(audit, since)
+    return {"by_client": by_client, "by_verb": by_verb, "writes": writes, "playbook_writes_by_resource": by_resource,
+            "per_node": {k: round(v / n, 2) for k, v in by_client.items() if k.startswith(("ansible", "floor"))}}
+
+
+def one(n, keep, floors, concurrency):
+    env = dict(os.environ, GPUOPS_CACHE=CACHE, CLUSTER_DIR=DIR, CLUSTER_PORT_BASE=PORT_BASE, CLUSTER_AUDIT="1",
+               PYTHON=os.path.join(ROOT, ".venv", "bin", "python"))
+    kubeconfig = os.path.join(DIR, "kubeconfig")
+    inventory = os.path.join(DIR, "inventory.yml")
     audit = os.path.join(DIR, "logs", "audit.log")
+    penv = dict(env, ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH", os.path.join(ROOT, ".collections")),
+                ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), K8S_AUTH_KUBECONFIG=kubeconfig,
+                PATH=os.path.join(CACHE, "cluster", "bin") + os.pathsep + os.environ["PATH"])
+    up_s, nodes_ready_s, core = fresh_cluster(n, env)
     start = time.time()
-    first_s, first_changed, _ = run_playbook(penv, inventory, "first-%d.log" % n)
+    first_s, first_changed, _ = run_playbook(penv, inventory, "first-%d.log" % n, concurrency)
     verify(kubeconfig, n)
-    time.sleep(2)  # audit batch flush
-    first_req = count_audit(audit, start)
+    first_req = requests_since(audit, start, n)
+    phases = floor.capture(kubeconfig, audit, start, client_of, os.path.join(DIR, "..", "floor-objects-%d.json" % n))
     start2 = time.time()
-    second_s, second_changed, second_tasks = run_playbook(penv, inventory, "rerun-%d.log" % n)
+    second_s, second_changed, second_tasks = run_playbook(penv, inventory, "rerun-%d.log" % n, concurrency)
     not_ready = [x.metadata.name for x in core.list_node().items
                  if not any(c.type == "Ready" and c.status == "True" for c in x.status.conditions or [])]
-    time.sleep(2)
-    # requests of the rerun only: everything after start2
-    second_req = count_audit(audit, start2)
+    second_req = requests_since(audit, start2, n)
     result = {
         "nodes": n, "cluster_up_s": round(up_s, 1), "nodes_ready_s": round(nodes_ready_s, 1),
+        "objects": {k: len(v) for k, v in phases.items()},
         "first_run_s": round(first_s, 1), "first_run_changed_tasks": first_changed,
-        "first_run_requests_by_client": first_req[0], "first_run_ansible_requests_by_verb": first_req[1],
+        "first_run_requests": first_req,
         "rerun_s": round(second_s, 1), "rerun_changed_tasks": second_changed,
         "rerun_changed_task_names": second_tasks, "nodes_not_ready_after_rerun": len(not_ready),
-        "rerun_requests_by_client": second_req[0],
+        "rerun_requests": second_req,
     }
+    kubectl = os.path.join(CACHE, "cluster", "bin", "kubectl")
+    for name in floors:
+        fresh_cluster(n, env)
+        work = os.path.join(DIR, "..", "floor-work")
+        os.makedirs(work, exist_ok=True)
+        runs = []
+        for _ in ("first", "rerun"):
+            t = time.time()
+            secs = floor.kubectl_run(kubeconfig, phases, work, kubectl) if name == "kubectl" else \
+                floor.python_run(kubeconfig, phases, concurrency)
+            runs.append((round(secs, 1), requests_since(audit, t, n)))
+        verify(kubeconfig, n)
+        result["floor_" + name] = {"first_run_s": runs[0][0], "first_run_requests": runs[0][1],
+                                   "rerun_s": runs[1][0], "rerun_requests": runs[1][1]}
+        result["ratio_first_over_" + name] = round(first_s / runs[0][0], 2)
+        result["ratio_rerun_over_" + name] = round(second_s / runs[1][0], 2)
     if not keep:
         sh([os.path.join(LAB, "down.sh"), "--purge"], env=env)
     return result
@@ -179,17 +221,19 @@ def main():
     ap.add_argument("--nodes", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results.json"))
     ap.add_argument("--keep", action="store_true", help="leave the last cluster running")
+    ap.add_argument("--floor", nargs="*", default=["kubectl", "python"], choices=["kubectl", "python"],
+                    help="floors measured on a fresh cluster of the same spec (default: both)")
+    ap.add_argument("--concurrency", type=int, default=16, help="writes in flight (playbook and python floor)")
     args = ap.parse_args()
     results = []
     for i, n in enumerate(args.nodes):
-        r = one(n, keep=args.keep and i == len(args.nodes) - 1)
+        r = one(n, args.keep and i == len(args.nodes) - 1, args.floor, args.concurrency)
         print(json.dumps(r), flush=True)
         results.append(r)
     doc = {
-        "command": "make bench-cluster  (= .venv/bin/python benchmarks/cluster_deploy/run.py --nodes %s)"
-                   % " ".join(map(str, args.nodes)),
+        "command": ".venv/bin/python benchmarks/cluster_deploy/run.py " + " ".join(sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "note": "shared 2-core VM, other builds/VMs running concurrently"},
+                    "loadavg_at_end": os.getloadavg()},
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "results": results,
     }

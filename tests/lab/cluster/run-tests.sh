@@ -21,6 +21,8 @@ rc=0
     "$HERE/test_kubevirt.py" "$@" || rc=$?
 if ((rc == 0)); then
     "$HERE/down.sh" --purge
+    # the fleet regression check brings up its own 100-node control plane (audit log of every request)
+    "$PYTHON" -m pytest -p no:cacheprovider -v -s "$HERE/test_fleet_regression.py" || rc=$?
 else
     "$HERE/down.sh"
     echo "[cluster] FAILED (rc=$rc); logs and state kept in $CLUSTER_DIR" >&2
