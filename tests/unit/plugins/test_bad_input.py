@@ -656,6 +656,8 @@ FILTER_CASES = {
     "k8s_node_label_objects: labels a list": (fk.k8s_node_label_objects, (["n"], None, ["a=b"]), {}),
     "k8s_node_label_objects: names of ints": (fk.k8s_node_label_objects, ([5],), {}),
     "k8s_ready_pod_nodes: a mapping": (fk.k8s_ready_pod_nodes, ({"items": []},), {}),
+    "k8s_rollouts_pending: a mapping": (fk.k8s_rollouts_pending, ({"items": []},), {}),
+    "k8s_rollouts_pending: status a string": (fk.k8s_rollouts_pending, ([{"metadata": {"name": "a"}, "status": "ok"}],), {}),
     "k8s_ready_pod_nodes: status a string": (fk.k8s_ready_pod_nodes, ([{"status": "Running"}],), {}),
     "k8s_ready_pod_nodes: conditions of strings": (fk.k8s_ready_pod_nodes, ([{"status": {"conditions": ["Ready"]}}],), {}),
     "k8s_validation_jobs: nodes a string": (fk.k8s_validation_jobs, ("node1", "gpuops-validate", "k"), {}),

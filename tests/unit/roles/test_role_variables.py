@@ -17,10 +17,12 @@ import re
 import yaml
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-# Inventory / play-level variables several roles read (documented in docs/variables.md and the README).
+# Inventory / play-level variables several roles read (documented in the README and docs/cluster-lane.md).
 SHARED = {
     "gpu_workload", "gpuops_state_dir", "gpuops_reboot_reasons", "gpuops_vgpu_default_config", "gpu_reboot_allowed",
     "gpuops_k8s_node_name", "gpuops_kubeconfig", "gpuops_k8s_namespace", "ansible_check_mode",
+    # the cluster play's rollout mode and its one wait (docs/cluster-lane.md, playbooks/cluster.yml)
+    "gpuops_cluster_rollout", "gpuops_cluster_wait_timeout",
 }
 USE_RE = re.compile(r"\b([a-z_][a-z0-9_]*)\s*\|\s*default\(")
 
