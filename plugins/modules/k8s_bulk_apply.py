@@ -20,10 +20,10 @@ description:
   - C(changed) compares each object's fields involved (the manifest's, and the field manager's before and
     after) and the field manager's field set; status moving between the read and the write (a node's
     heartbeat) is not a change.
-  - Built for fleets: node labels and taints of thousands of nodes, per-node Jobs. Deletions, waits and reads
-    are left to C(kubernetes.core.k8s) and C(kubernetes.core.k8s_info).
-  - Part of the action group C(gpuops.nvidia.k8s), which extends C(kubernetes.core.k8s): C(module_defaults)
-    given for C(group/kubernetes.core.k8s) reach this module too.
+  - Built for fleets (node labels and taints of thousands of nodes, per-node Jobs). Deletions, waits and
+    reads are left to C(kubernetes.core.k8s) and C(kubernetes.core.k8s_info).
+  - Part of the action group C(gpuops.nvidia.k8s), which extends C(kubernetes.core.k8s), so
+    C(module_defaults) given for C(group/kubernetes.core.k8s) reach this module too.
   - Connection options and their environment variables are those of C(kubernetes.core); needs the
     C(kubernetes) Python library on the host the module runs on.
 author:
@@ -224,9 +224,10 @@ def api_client(params, pool):
         cfg.api_key = {"authorization": "Bearer " + params["api_key"]}
     elif isinstance(kubeconfig, dict):
         k8s_config.load_kube_config_from_dict(kubeconfig, context=params["context"], client_configuration=cfg)
-    elif kubeconfig or os.path.exists(os.path.expanduser(k8s_config.KUBE_CONFIG_DEFAULT_LOCATION)):
-        k8s_config.load_kube_config(config_file=kubeconfig and os.path.expanduser(kubeconfig),
-                                    context=params["context"], client_configuration=cfg)
+    elif kubeconfig or os.path.exists(os.path.join(os.environ.get("HOME", "/"), ".kube", "config")):
+        # the client expands ~ itself
+        k8s_config.load_kube_config(config_file=kubeconfig or None, context=params["context"],
+                                    client_configuration=cfg)
     else:
         k8s_config.load_incluster_config(client_configuration=cfg)
     if params["host"]:

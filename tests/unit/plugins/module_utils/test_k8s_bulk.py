@@ -104,7 +104,7 @@ def test_only_the_nodes_that_differ_are_written():
     for i in range(10):
         server.put(node("n%d" % i, {"a": "1"}, taints=[]), manager="gpuops")
     want = [node("n%d" % i, {"a": "2" if i in (3, 7) else "1"}, taints=[]) for i in range(10)]
-    result, _ = run(server, want)
+    result = run(server, want)[0]
     assert sorted(server.writes) == ["Node/n3", "Node/n7"] and result["updated"] == ["Node/n3", "Node/n7"]
 
 
@@ -121,7 +121,7 @@ def test_same_value_owned_by_someone_else_is_still_applied():
     server = Server()
     server.put(node("n0", {"a": "1"}), manager="kubectl")
     assert not kb.in_sync(node("n0", {"a": "1"}), server.objects[("Node", None, "n0")], "gpuops")
-    result, _ = run(server, [node("n0", {"a": "1"})])
+    result = run(server, [node("n0", {"a": "1"})])[0]
     assert server.writes == ["Node/n0"] and result["updated"] == ["Node/n0"]  # our field set changed
 
 
@@ -141,13 +141,13 @@ def test_created_objects_and_server_defaults():
     server = Server()
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "gpu-operator"},
            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}
-    result, _ = run(server, [job])
+    result = run(server, [job])[0]
     assert result["created"] == ["Job/gpu-operator/j"]
     # the server adds defaults inside list items; still in sync
     live = server.objects[("Job", "gpu-operator", "j")]
     live["spec"]["template"]["spec"]["containers"][0]["terminationMessagePath"] = "/dev/termination-log"
     server.writes.clear()
-    result, _ = run(server, [job])
+    result = run(server, [job])[0]
     assert result["in_sync"] == 1 and server.writes == []
 
 
@@ -192,7 +192,7 @@ def test_one_read_per_kind_and_namespace():
     objs = [node("n%d" % i, {"a": "1"}) for i in range(3)] + [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c%d" % i, "namespace": ns}, "data": {"k": "v"}}
         for i, ns in enumerate(["a", "a", "b"])]
-    result, _ = run(server, objs)
+    result = run(server, objs)[0]
     assert server.reads == 3 and result["requests"]["read"] == 3 and len(result["created"]) == 6
 
 
