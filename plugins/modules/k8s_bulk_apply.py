@@ -296,7 +296,8 @@ def main():
             items = json.loads(dyn.request("get", res.path(namespace=ns), serialize=False).data).get("items") or []
         except Exception as exc:  # pylint: disable=broad-except
             raise HostError("cannot read %s %s: %s" % (kind, "in " + ns if ns else "", api_error(exc)))
-        return {o["metadata"]["name"]: o for o in items if o["metadata"]["name"] in set(names)}
+        wanted = set(names)
+        return {o["metadata"]["name"]: o for o in items if o["metadata"]["name"] in wanted}
 
     def apply(obj):
         res = resource(obj["apiVersion"], obj["kind"])
