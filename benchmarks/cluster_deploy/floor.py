@@ -15,6 +15,7 @@ person would); ``python_run`` with a bare ``kubernetes`` client loop, ``concurre
 """
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import subprocess
@@ -32,6 +33,12 @@ from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_jobs as 
 MANAGERS = ("gpuops-nvidia", "gpuops-nvidia-validator")
 
 
+def received_at(ev):
+    """An audit event's requestReceivedTimestamp (2026-12-02T12:00:00.123456Z) in epoch seconds."""
+    ts = ev.get("requestReceivedTimestamp", "")
+    return calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + ts[19:].rstrip("Z"))
+
+
 def _written(audit, since, client_of):
     """Objects our client patched or created after ``since``, in first-write order."""
     seen, out = set(), []
@@ -42,10 +49,8 @@ def _written(audit, since, client_of):
                 continue
             if not client_of(ev.get("userAgent")).startswith("ansible"):
                 continue
-            ts = ev.get("requestReceivedTimestamp", "")
-            t = time.mktime(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
             ref = ev.get("objectRef") or {}
-            if t + 1 < since or ref.get("subresource") or not ref.get("name"):
+            if received_at(ev) < since or ref.get("subresource") or not ref.get("name"):
                 continue
             key = (ref.get("apiGroup", ""), ref.get("apiVersion"), ref["resource"], ref.get("namespace"), ref["name"])
             if key not in seen and int((ev.get("responseStatus") or {}).get("code", 200)) < 300:
@@ -59,7 +64,9 @@ def capture(kubeconfig, audit, since, client_of, out_path):
     from kubernetes import client, config, dynamic
 
     config.load_kube_config(kubeconfig)
-    dyn = dynamic.DynamicClient(client.ApiClient())
+    api_client = client.ApiClient()
+    api_client.user_agent = "gpuops-bench"
+    dyn = dynamic.DynamicClient(api_client)
     phases = {"phase1": [], "jobs": [], "validated": []}
     for group, version, resource, ns, name in _written(audit, since, client_of):
         api_version = "%s/%s" % (group, version) if group else version
