@@ -71,6 +71,21 @@ def check_objects(objects):
     return objects
 
 
+# Kinds others refer to go first, workloads last: a Namespace and a CRD exist before what is in them or
+# of their kind, and a DaemonSet's ServiceAccount, ConfigMaps and RBAC before its pods start (they would
+# fail and back off otherwise). Each wave is read and applied before the next is read.
+FIRST_KINDS = ("Namespace", "CustomResourceDefinition", "PriorityClass", "RuntimeClass", "StorageClass")
+LAST_KINDS = ("DaemonSet", "Deployment", "StatefulSet", "ReplicaSet", "Job", "CronJob", "Pod")
+
+
+def waves(objects):
+    """The objects in up to three waves (FIRST_KINDS, the others, LAST_KINDS), first-seen order in each."""
+    out = ([], [], [])
+    for obj in objects:
+        out[0 if obj["kind"] in FIRST_KINDS else 2 if obj["kind"] in LAST_KINDS else 1].append(obj)
+    return [w for w in out if w]
+
+
 def groups(objects):
     """{(apiVersion, kind, namespace or None): [objects]}, in first-seen order."""
     out = {}
@@ -128,10 +143,18 @@ def value_at(obj, path):
     return obj
 
 
+# what the API server leaves out of an object it serializes (omitempty): a list item's ``value: ""`` comes
+# back without the key
+_EMPTY = ("", {}, [])
+
+
 def matches(want, have):
-    """``have`` carries ``want``: maps key by key (the server may add defaults), lists item by item."""
+    """``have`` carries ``want``: maps key by key (the server may add defaults, and leaves out empty
+    values), lists item by item."""
     if isinstance(want, dict):
-        return isinstance(have, dict) and all(k in have and matches(v, have[k]) for k, v in want.items())
+        return isinstance(have, dict) and all(
+            matches(v, have[k]) if k in have else any(v == e and type(v) is type(e) for e in _EMPTY)
+            for k, v in want.items())
     if isinstance(want, list):
         return isinstance(have, list) and len(want) == len(have) and all(matches(w, h) for w, h in zip(want, have))
     return want == have and type(want) is type(have)
@@ -141,10 +164,20 @@ def in_sync(obj, live, manager):
     """Would applying ``obj`` change nothing? (our field set equal, every value already there)"""
     if live is None:
         return False
-    paths = leaf_paths(obj)
-    if paths != owned_paths(live, manager):
+    owned = owned_paths(live, manager)
+    paths, atomic = set(), set()
+    for path in leaf_paths(obj):
+        # an atomic map (a roleRef, a label selector, a nodeSelector) is one field in managedFields
+        whole = next((path[:i] for i in range(1, len(path)) if path[:i] in owned), None)
+        if whole is None:
+            paths.add(path)
+        else:
+            atomic.add(whole)
+    if paths | atomic != owned:
         return False
-    return all(matches(value_at(obj, p), value_at(live, p)) for p in paths)
+    # the server replaces an atomic map whole: it must be exactly the manifest's
+    return all(matches(value_at(obj, p), value_at(live, p)) for p in paths) and all(
+        value_at(obj, p) == value_at(live, p) for p in atomic)
 
 
 def _manager_fields(live, manager):
@@ -195,27 +228,35 @@ class Applier:
 
     def run(self, objects):
         check_objects(objects)
-        plan, reads = [], 0
-        for (api_version, kind, ns), objs in groups(objects).items():
-            live = self.read(api_version, kind, ns, [o["metadata"]["name"] for o in objs])
-            reads += 1
-            for obj in objs:
-                before = live.get(obj["metadata"]["name"])
-                plan.append((obj, before, in_sync(obj, before, self.manager)))
-        todo = [(obj, before) for obj, before, ok in plan if not ok]
-
-        def one(item):
-            obj, before = item
-            try:
-                return obj, before, self.apply(obj), None
-            except Exception as e:  # pylint: disable=broad-except  # reported per object below
-                return obj, before, None, e
-
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, max(1, len(todo)))) as pool:
-            done = list(pool.map(one, todo))
-        result = {"changed": False, "in_sync": len(plan) - len(todo), "applied": len(todo),
+        todo_all, done, reads, skipped, synced = 0, [], 0, [], 0
+        for wave in waves(objects):
+            if any(error is not None for *_rest, error in done):
+                # what the failed objects were for (a namespace, a CRD, a ServiceAccount) may not be there:
+                # the objects of the later waves are not sent
+                skipped.extend(wave)
+                continue
+            plan = []
+            for (api_version, kind, ns), objs in groups(wave).items():
+                if any(error is not None for *_rest, error in done):
+                    skipped.extend(objs)
+                    continue
+                try:
+                    live = self.read(api_version, kind, ns, [o["metadata"]["name"] for o in objs])
+                except Exception as e:  # pylint: disable=broad-except  # the group fails, what was applied stays listed
+                    if not done and not plan:
+                        raise  # nothing sent yet: the read's own error
+                    done.extend((obj, None, None, e) for obj in objs)
+                    continue
+                reads += 1
+                for obj in objs:
+                    before = live.get(obj["metadata"]["name"])
+                    plan.append((obj, before, in_sync(obj, before, self.manager)))
+            todo = [(obj, before) for obj, before, ok in plan if not ok]
+            todo_all, synced = todo_all + len(todo), synced + len(plan) - len(todo)
+            done.extend(self._apply_all(todo))
+        result = {"changed": False, "in_sync": synced, "applied": todo_all,
                   "created": [], "updated": [], "unchanged": [], "failed": [],
-                  "requests": {"read": reads, "apply": len(todo)}}
+                  "requests": {"read": reads, "apply": todo_all}}
         diffs = []
         for obj, before, after, error in done:
             oid = object_id(obj)
@@ -229,13 +270,28 @@ class Applier:
             paths = leaf_paths(obj) | owned_paths(before, self.manager) | owned_paths(after, self.manager)
             diffs.append({"before": _text(view(before, paths)) if before is not None else "",
                           "after": _text(view(after, paths)), "before_header": oid, "after_header": oid})
+        result["failed"].extend({"object": object_id(obj), "error": "not sent: an object it may need failed before it"}
+                                for obj in skipped)
         result["changed"] = bool(result["created"] or result["updated"])
         if result["failed"]:
             shown = "; ".join("%s: %s" % (f["object"], f["error"].splitlines()[0] if f["error"] else "")
                               for f in result["failed"][:10])
             exc = PartialApply("%d of %d object(s) could not be applied (the others were): %s%s" % (
-                len(result["failed"]), len(todo), shown, " ..." if len(result["failed"]) > 10 else ""))
+                len(result["failed"]), len(objects) - synced, shown, " ..." if len(result["failed"]) > 10 else ""))
             for key in PartialApply.result_fields:
                 setattr(exc, key, result[key])
             raise exc
         return result, diffs
+
+    def _apply_all(self, todo):
+        def one(item):
+            obj, before = item
+            try:
+                return obj, before, self.apply(obj), None
+            except Exception as e:  # pylint: disable=broad-except  # reported per object by run()
+                return obj, before, None, e
+
+        if not todo:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo))) as pool:
+            return list(pool.map(one, todo))

@@ -33,7 +33,10 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    details: Every write is sent as a dry run (C(dryRun=All)); the server validates and answers as if applied.
+    details:
+      - Every write is sent as a dry run (C(dryRun=All)); the server validates and answers as if applied.
+      - An object in a Namespace, or of a CRD, that the same run would create cannot be dry-run (the dry run
+        creates neither); it is reported as created, unvalidated.
   diff_mode:
     support: full
     details: One entry per changed object, the fields involved before and after.
@@ -44,6 +47,12 @@ options:
     description:
       - The manifests (each with C(apiVersion), C(kind), C(metadata.name), and C(metadata.namespace) for
         namespaced kinds). The same object twice is refused before any request.
+      - Applied in up to three waves, each read and applied before the next is read - Namespaces,
+        CustomResourceDefinitions, PriorityClasses, RuntimeClasses and StorageClasses first; workloads
+        (DaemonSet, Deployment, StatefulSet, ReplicaSet, Job, CronJob, Pod) last; every other kind
+        between - so what a workload refers to exists before its pods start. Objects of a kind whose
+        CRD is in the same list are applied once the API server serves that kind (up to 30 s).
+      - When an object fails, the objects of the later waves are not sent (each is listed in C(failed)).
     type: list
     elements: dict
     required: true
@@ -174,6 +183,7 @@ requests:
 
 import json
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
@@ -183,7 +193,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import App
 try:
     from kubernetes import client as k8s_client, config as k8s_config
     from kubernetes.dynamic import DynamicClient
-    from kubernetes.dynamic.exceptions import NotFoundError
+    from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
     HAS_K8S = True
 except ImportError:
     HAS_K8S = False
@@ -277,14 +287,39 @@ def main():
     except Exception as exc:  # pylint: disable=broad-except  # config errors of every kind end here
         fail(module, HostError("cannot reach the API server: %s" % exc))
     resources = {}
+    # a kind whose CRD this same run applies is served once the CRD is established (a second or so)
+    with_crds = any(o["kind"] == "CustomResourceDefinition" for o in p["objects"])
 
     def resource(api_version, kind):
-        if (api_version, kind) not in resources:
-            resources[(api_version, kind)] = dyn.resources.get(api_version=api_version, kind=kind)
+        deadline = time.monotonic() + (30 if with_crds and not module.check_mode else 0)
+        while (api_version, kind) not in resources:
+            try:
+                resources[(api_version, kind)] = dyn.resources.get(api_version=api_version, kind=kind)
+            except ResourceNotFoundError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(1)
+                dyn.resources.invalidate_cache()
         return resources[(api_version, kind)]
 
+    # check mode sends dry runs: a Namespace or CRD of this same run is not created by them, so what is in
+    # that namespace, or of that kind, cannot be dry-run; it is reported as it would be created
+    run_namespaces = {o["metadata"]["name"] for o in p["objects"] if o["kind"] == "Namespace"}
+
+    def not_there_yet(obj, exc):
+        if not module.check_mode:
+            return False
+        if isinstance(exc, ResourceNotFoundError):
+            return with_crds
+        return isinstance(exc, NotFoundError) and obj["metadata"].get("namespace") in run_namespaces
+
     def read(api_version, kind, namespace, names):
-        res = resource(api_version, kind)
+        try:
+            res = resource(api_version, kind)
+        except ResourceNotFoundError:
+            if module.check_mode and with_crds:
+                return {}
+            raise
         ns = namespace if res.namespaced else None
         try:
             if len(names) == 1:
@@ -300,13 +335,15 @@ def main():
         return {o["metadata"]["name"]: o for o in items if o["metadata"]["name"] in wanted}
 
     def apply(obj):
-        res = resource(obj["apiVersion"], obj["kind"])
         try:
+            res = resource(obj["apiVersion"], obj["kind"])
             resp = dyn.server_side_apply(res, body=obj, name=obj["metadata"]["name"],
                                          namespace=obj["metadata"].get("namespace") if res.namespaced else None,
                                          force_conflicts=p["force_conflicts"], field_manager=p["field_manager"],
                                          dry_run="All" if module.check_mode else None, serialize=False)
         except Exception as exc:  # pylint: disable=broad-except
+            if not_there_yet(obj, exc):
+                return obj
             raise HostError(api_error(exc))
         return json.loads(resp.data)
 

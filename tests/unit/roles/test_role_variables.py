@@ -22,7 +22,9 @@ SHARED = {
     "gpu_workload", "gpuops_state_dir", "gpuops_reboot_reasons", "gpuops_vgpu_default_config", "gpu_reboot_allowed",
     "gpuops_k8s_node_name", "gpuops_kubeconfig", "gpuops_k8s_namespace", "ansible_check_mode",
     # the cluster play's rollout mode and its one wait (docs/cluster-lane.md, playbooks/cluster.yml)
-    "gpuops_cluster_rollout", "gpuops_cluster_wait_timeout",
+    "gpuops_cluster_rollout", "gpuops_cluster_wait_timeout", "gpuops_cluster_queue",
+    # writes in flight for k8s_bulk_apply (docs/cluster-lane.md)
+    "gpuops_k8s_concurrency",
 }
 USE_RE = re.compile(r"\b([a-z_][a-z0-9_]*)\s*\|\s*default\(")
 

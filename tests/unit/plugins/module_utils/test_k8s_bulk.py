@@ -203,3 +203,88 @@ def test_owned_paths_reads_list_items_as_one_field():
         {"manager": "m", "operation": "Update", "fieldsV1": {"f:spec": {"f:other": {}}}},
         {"manager": "m", "operation": "Apply", "subresource": "status", "fieldsV1": {"f:status": {"f:x": {}}}}]}}
     assert kb.owned_paths(live, "m") == {("metadata", "labels", "a"), ("spec", "taints")}
+
+
+def _obj(kind, name, ns=None, api="v1"):
+    meta = {"name": name}
+    if ns:
+        meta["namespace"] = ns
+    return {"apiVersion": api, "kind": kind, "metadata": meta, "data": {"k": name}}
+
+
+def test_waves_put_namespaces_and_crds_first_and_workloads_last():
+    objs = [_obj("DaemonSet", "ds", "gpu", "apps/v1"), _obj("ConfigMap", "cm", "gpu"), _obj("Namespace", "gpu"),
+            _obj("ServiceAccount", "sa", "gpu"), _obj("CustomResourceDefinition", "x.y", None, "apiextensions.k8s.io/v1"),
+            _obj("Deployment", "d", "gpu", "apps/v1")]
+    names = [[o["metadata"]["name"] for o in w] for w in kb.waves(objs)]
+    assert names == [["gpu", "x.y"], ["cm", "sa"], ["ds", "d"]]
+    assert [len(w) for w in kb.waves([_obj("ConfigMap", "a", "n")])] == [1]
+
+
+def test_each_wave_is_applied_before_the_next_is_read():
+    server, seen = Server(), []
+    apply = server.apply_as("gpuops")
+
+    def read(api_version, kind, namespace, names):
+        seen.append((kind, list(server.writes)))
+        return server.read(api_version, kind, namespace, names)
+
+    objs = [_obj("DaemonSet", "ds", "gpu", "apps/v1"), _obj("ConfigMap", "cm", "gpu"), _obj("Namespace", "gpu")]
+    kb.Applier(read, apply, "gpuops", 4).run(objs)
+    assert seen == [("Namespace", []), ("ConfigMap", ["Namespace/gpu"]),
+                    ("DaemonSet", ["Namespace/gpu", "ConfigMap/gpu/cm"])]
+
+
+def test_a_failed_wave_stops_the_later_ones():
+    server = Server()
+    server.refuse = {"sa"}
+    objs = [_obj("DaemonSet", "ds", "gpu", "apps/v1"), _obj("ServiceAccount", "sa", "gpu"), _obj("ConfigMap", "cm", "gpu")]
+    with pytest.raises(kb.PartialApply) as e:
+        run(server, objs)
+    assert "ServiceAccount/gpu/sa: 422 admission webhook said no" in str(e.value).split(";", maxsplit=1)[0]
+    assert "2 of 3 object(s)" in str(e.value)
+    assert e.value.created == ["ConfigMap/gpu/cm"] and "DaemonSet/gpu/ds" not in server.writes
+    assert {"object": "DaemonSet/gpu/ds", "error": "not sent: an object it may need failed before it"} in e.value.failed
+
+
+def test_a_read_failing_after_writes_lists_what_was_applied():
+    server = Server()
+
+    def read(api_version, kind, namespace, names):
+        if kind == "DaemonSet":
+            raise RuntimeError("403 forbidden: daemonsets")
+        return server.read(api_version, kind, namespace, names)
+
+    with pytest.raises(kb.PartialApply) as e:
+        kb.Applier(read, server.apply_as("gpuops"), "gpuops", 4).run(
+            [_obj("Namespace", "gpu"), _obj("DaemonSet", "ds", "gpu", "apps/v1")])
+    assert e.value.created == ["Namespace/gpu"]
+    assert e.value.failed == [{"object": "DaemonSet/gpu/ds", "error": "403 forbidden: daemonsets"}]
+
+
+def test_a_read_failing_before_any_write_is_the_reads_own_error():
+    def read(*_args):
+        raise RuntimeError("401 unauthorized")
+
+    with pytest.raises(RuntimeError, match="401"):
+        kb.Applier(read, None, "gpuops", 4).run([_obj("Namespace", "gpu")])
+
+
+def test_atomic_maps_are_one_field_and_must_be_exact():
+    """roleRef, label selectors and nodeSelector are atomic: managedFields holds them as one field."""
+    want = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "b"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "r"}}
+    live = copy.deepcopy(want)
+    live["metadata"]["managedFields"] = [{"manager": "m", "operation": "Apply", "fieldsV1": {"f:roleRef": {}}}]
+    assert kb.in_sync(want, live, "m")
+    live["roleRef"]["name"] = "other"
+    assert not kb.in_sync(want, live, "m")
+    live["roleRef"] = dict(want["roleRef"], extra="x")  # the server would drop it on apply: not in sync
+    assert not kb.in_sync(want, live, "m")
+
+
+def test_empty_values_the_server_leaves_out_still_match():
+    want = {"env": [{"name": "KUBECONFIG", "value": ""}, {"name": "A", "value": "1"}]}
+    assert kb.matches(want, {"env": [{"name": "KUBECONFIG"}, {"name": "A", "value": "1"}]})
+    assert not kb.matches(want, {"env": [{"name": "KUBECONFIG"}, {"name": "A"}]})
+    assert not kb.matches({"a": 0}, {}) and not kb.matches({"a": False}, {}) and kb.matches({"a": {}}, {})
