@@ -22,8 +22,9 @@ description:
     heartbeat) is not a change.
   - Built for fleets (node labels and taints of thousands of nodes, per-node Jobs). Deletions, waits and
     reads are left to C(kubernetes.core.k8s) and C(kubernetes.core.k8s_info).
-  - Part of the action group C(gpuops.nvidia.k8s), which extends C(kubernetes.core.k8s), so
-    C(module_defaults) given for C(group/kubernetes.core.k8s) reach this module too.
+  - Part of the action group C(gpuops.nvidia.k8s), which extends C(kubernetes.core.k8s); C(module_defaults)
+    given for C(group/gpuops.nvidia.k8s) reach this module and every kubernetes.core k8s module. Defaults
+    given only for C(group/kubernetes.core.k8s) do not reach this module.
   - Connection options and their environment variables are those of C(kubernetes.core); needs the
     C(kubernetes) Python library on the host the module runs on.
 author:

@@ -47,7 +47,7 @@ _CLUSTER_PLAY = """\
   hosts: localhost
   gather_facts: false
   module_defaults:
-    group/kubernetes.core.k8s:
+    group/gpuops.nvidia.k8s:
       kubeconfig: "{{{{ gpuops_kubeconfig | default(omit) }}}}"
     group/kubernetes.core.helm:
       kubeconfig: "{{{{ gpuops_kubeconfig | default(omit) }}}}"
@@ -232,7 +232,7 @@ EXAMPLES = {
   hosts: localhost
   gather_facts: false
   module_defaults:
-    group/kubernetes.core.k8s:
+    group/gpuops.nvidia.k8s:
       kubeconfig: "{{ gpuops_kubeconfig | default(omit) }}"
   tasks:
     - name: Validate every input first (no API server contact)
@@ -260,7 +260,7 @@ EXAMPLES = {
   hosts: localhost
   gather_facts: false
   module_defaults:
-    group/kubernetes.core.k8s:
+    group/gpuops.nvidia.k8s:
       kubeconfig: "{{ gpuops_kubeconfig | default(omit) }}"
   roles:
     - role: gpuops.nvidia.kubevirt_config
