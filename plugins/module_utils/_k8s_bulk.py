@@ -295,3 +295,104 @@ class Applier:
             return []
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(todo))) as pool:
             return list(pool.map(one, todo))
+
+
+# --- many reads in one module run (k8s_bulk_info) ---
+
+_QUERY_KEYS = {"api_version": str, "kind": str, "namespace": str, "name": str,
+               "label_selectors": list, "field_selectors": list, "fields": list, "field_managers": list}
+# kept by every projection: what names the object
+_ALWAYS = (("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace"))
+
+
+def project(obj, fields, field_managers=None):
+    """The object cut down to ``fields`` (dotted paths, each kept whole) and what names it; None: all of it.
+
+    ``field_managers``: of metadata.managedFields, only the entries of these managers (a Node's status
+    updates alone are most of its managedFields).
+
+    A read of 1,000 Nodes answered whole is megabytes the controller parses and copies (the validator's reads
+    took 29 s at 1,000 nodes); the fields a filter needs are a fraction of that.
+    """
+    if field_managers is not None and isinstance((obj.get("metadata") or {}).get("managedFields"), list):
+        meta = dict(obj["metadata"], managedFields=[m for m in obj["metadata"]["managedFields"]
+                                                    if isinstance(m, dict) and m.get("manager") in field_managers])
+        obj = dict(obj, metadata=meta)
+    if fields is None:
+        return obj
+    out = {}
+    for path in list(_ALWAYS) + [tuple(f.split(".")) for f in fields]:
+        node = obj
+        for key in path:
+            if not isinstance(node, dict) or key not in node:
+                break
+            node = node[key]
+        else:
+            into = out
+            for key in path[:-1]:
+                into = into.setdefault(key, {})
+            into[path[-1]] = node
+    return out
+
+
+def check_queries(queries):
+    """{result name: query}: every query names a kind, keys and types as documented. InputError lists them all.
+
+    Returns the queries with defaults (api_version v1, no namespace, name or selectors).
+    """
+    if not isinstance(queries, dict) or not queries:
+        raise InputError("queries must be a non-empty mapping of result names to queries, got %r" % (queries,))
+    errors, out = [], {}
+    for key, query in queries.items():
+        if not isinstance(query, dict):
+            errors.append("%s is not a mapping: %r" % (key, query))
+            continue
+        unknown = sorted(set(query) - set(_QUERY_KEYS))
+        if unknown:
+            errors.append("%s: unknown key(s) %s (known: %s)" % (key, ", ".join(unknown), ", ".join(sorted(_QUERY_KEYS))))
+        want = dict({"api_version": "v1", "namespace": None, "name": None,
+                     "label_selectors": [], "field_selectors": [], "fields": None, "field_managers": None},
+                    **query)
+        for field, kind in _QUERY_KEYS.items():
+            value = want.get(field)
+            if value is None and field != "kind":
+                continue
+            if not isinstance(value, kind) or (kind is str and not value) \
+                    or (kind is list and not all(isinstance(v, str) and v for v in value)):
+                errors.append("%s: %s must be %s, got %r" % (
+                    key, field, "a non-empty string" if kind is str else "a list of non-empty strings", value))
+        if want.get("name") and (want["label_selectors"] or want["field_selectors"]):
+            errors.append("%s: name and selectors exclude each other (a name reads one object)" % key)
+        out[key] = want
+    if errors:
+        raise InputError("cannot read: " + "; ".join(errors), errors=errors)
+    return out
+
+
+def read_all(queries, read, concurrency=16):
+    """Run every checked query at once: {key: {"resources": [...], "api_found": bool}}.
+
+    read(query) -> (api_found, [objects]): one request (a GET by name, else a LIST with the selectors);
+    an object named and not there is an empty list, a kind the server does not serve is api_found False.
+    Each object is cut down to the query's ``fields`` and ``field_managers`` (project()).
+    The first failing query's error is raised, after every query has ended.
+    """
+    keys = list(queries)
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 256:
+        raise InputError("concurrency must be an integer from 1 to 256, got %r" % (concurrency,))
+
+    def one(key):
+        try:
+            found, items = read(queries[key])
+            query = queries[key]
+            items = [project(o, query["fields"], query["field_managers"]) for o in items]
+            return key, {"resources": items, "api_found": found}, None
+        except Exception as e:  # pylint: disable=broad-except  # raised below, after the others ended
+            return key, None, e
+
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(keys))) as pool:
+        answers = list(pool.map(one, keys))
+    for _key, _answer, error in answers:
+        if error is not None:
+            raise error
+    return {key: answer for key, answer, _error in answers}

@@ -9,7 +9,7 @@ DOCUMENTATION = r"""
 ---
 module: k8s_bulk_apply
 short_description: Server-side apply of many Kubernetes objects at once, skipping those already as wanted
-version_added: 1.1.0
+version_added: 0.3.0
 description:
   - Applies a list of manifests with server-side apply under one field manager, O(concurrency) requests at a
     time, with one read per kind and namespace (a LIST, or a GET for a single object) instead of a read per
@@ -31,6 +31,7 @@ author:
   - gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
+  - gpuops.nvidia.k8s_auth
 attributes:
   check_mode:
     support: full
@@ -69,65 +70,6 @@ options:
     description: Writes in flight at once (1-256).
     type: int
     default: 16
-  kubeconfig:
-    description:
-      - Path to a kubeconfig file (or its content as a dict). Default C(K8S_AUTH_KUBECONFIG), then
-        C(~/.kube/config), then the in-cluster service account.
-    type: raw
-  context:
-    description: The kubeconfig context (default C(K8S_AUTH_CONTEXT), then the current context).
-    type: str
-  host:
-    description: API server URL, for token authentication with O(api_key) (default C(K8S_AUTH_HOST)).
-    type: str
-  api_key:
-    description: Bearer token (default C(K8S_AUTH_API_KEY)).
-    type: str
-  validate_certs:
-    description: Verify the API server's certificate (default C(K8S_AUTH_VERIFY_SSL), then true).
-    type: bool
-    aliases: [verify_ssl]
-  ca_cert:
-    description: CA bundle for the API server (default C(K8S_AUTH_SSL_CA_CERT)).
-    type: path
-    aliases: [ssl_ca_cert]
-  client_cert:
-    description: Client certificate (default C(K8S_AUTH_CERT_FILE)).
-    type: path
-    aliases: [cert_file]
-  client_key:
-    description: Client key (default C(K8S_AUTH_KEY_FILE)).
-    type: path
-    aliases: [key_file]
-  username:
-    description: Basic authentication user (default C(K8S_AUTH_USERNAME)).
-    type: str
-  password:
-    description: Basic authentication password (default C(K8S_AUTH_PASSWORD)).
-    type: str
-  proxy:
-    description: HTTP proxy for the API server (default C(K8S_AUTH_PROXY)).
-    type: str
-  no_proxy:
-    description: Hosts reached without the proxy (default C(K8S_AUTH_NO_PROXY)).
-    type: str
-  impersonate_user:
-    description: User to act as (default C(K8S_AUTH_IMPERSONATE_USER)).
-    type: str
-  impersonate_groups:
-    description:
-      - Group to act as (default C(K8S_AUTH_IMPERSONATE_GROUPS)). One group at most (the client sends one
-        header value); more are refused.
-    type: list
-    elements: str
-  persist_config:
-    description: Accepted for C(module_defaults) shared with C(kubernetes.core); refreshed tokens are not written back.
-    type: bool
-  proxy_headers:
-    description: Accepted for C(module_defaults) shared with C(kubernetes.core); not used.
-    type: dict
-requirements:
-  - kubernetes (Python library, the one kubernetes.core uses)
 notes:
   - Objects are applied whole one by one; when some fail the others stay applied (a rerun finishes the
     rest) and the failure lists each failed object with the API server's answer.
@@ -183,91 +125,30 @@ requests:
 """
 
 import json
-import os
 import time
 
-from ansible.module_utils.basic import AnsibleModule, env_fallback, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, InputError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import Applier, check_objects
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+    HAS_K8S, api_error, connection_problems, connection_spec, dynamic_client)
 
 try:
-    from kubernetes import client as k8s_client, config as k8s_config
-    from kubernetes.dynamic import DynamicClient
     from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
-    HAS_K8S = True
 except ImportError:
-    HAS_K8S = False
+    pass  # HAS_K8S is False: main() says so
 
 
 def argument_spec():
-    return dict(
+    spec = dict(
         objects=dict(type="list", elements="dict", required=True),
         field_manager=dict(type="str", required=True),
         force_conflicts=dict(type="bool", default=False),
         concurrency=dict(type="int", default=16),
-        kubeconfig=dict(type="raw", fallback=(env_fallback, ["K8S_AUTH_KUBECONFIG"])),
-        context=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_CONTEXT"])),
-        host=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_HOST"])),
-        api_key=dict(type="str", no_log=True, fallback=(env_fallback, ["K8S_AUTH_API_KEY"])),
-        validate_certs=dict(type="bool", aliases=["verify_ssl"], fallback=(env_fallback, ["K8S_AUTH_VERIFY_SSL"])),
-        ca_cert=dict(type="path", aliases=["ssl_ca_cert"], fallback=(env_fallback, ["K8S_AUTH_SSL_CA_CERT"])),
-        client_cert=dict(type="path", aliases=["cert_file"], fallback=(env_fallback, ["K8S_AUTH_CERT_FILE"])),
-        client_key=dict(type="path", aliases=["key_file"], no_log=False,
-                        fallback=(env_fallback, ["K8S_AUTH_KEY_FILE"])),
-        username=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_USERNAME"])),
-        password=dict(type="str", no_log=True, fallback=(env_fallback, ["K8S_AUTH_PASSWORD"])),
-        proxy=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_PROXY"])),
-        no_proxy=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_NO_PROXY"])),
-        impersonate_user=dict(type="str", fallback=(env_fallback, ["K8S_AUTH_IMPERSONATE_USER"])),
-        impersonate_groups=dict(type="list", elements="str", fallback=(env_fallback, ["K8S_AUTH_IMPERSONATE_GROUPS"])),
-        persist_config=dict(type="bool"),
-        proxy_headers=dict(type="dict"),
     )
-
-
-def api_client(params, pool):
-    """An ApiClient from the kubernetes.core-style options: explicit host/token, else kubeconfig, else in-cluster."""
-    cfg = k8s_client.Configuration()
-    kubeconfig = params["kubeconfig"]
-    if params["host"] and params["api_key"] and not kubeconfig:
-        cfg.host = params["host"]
-        cfg.api_key = {"authorization": "Bearer " + params["api_key"]}
-    elif isinstance(kubeconfig, dict):
-        k8s_config.load_kube_config_from_dict(kubeconfig, context=params["context"], client_configuration=cfg)
-    elif kubeconfig or os.path.exists(os.path.join(os.environ.get("HOME", "/"), ".kube", "config")):
-        # the client expands ~ itself
-        k8s_config.load_kube_config(config_file=kubeconfig or None, context=params["context"],
-                                    client_configuration=cfg)
-    else:
-        k8s_config.load_incluster_config(client_configuration=cfg)
-    if params["host"]:
-        cfg.host = params["host"]
-    if params["validate_certs"] is not None:
-        cfg.verify_ssl = params["validate_certs"]
-    for opt, attr in (("ca_cert", "ssl_ca_cert"), ("client_cert", "cert_file"), ("client_key", "key_file")):
-        if params[opt]:
-            setattr(cfg, attr, params[opt])
-    for opt in ("username", "password", "proxy", "no_proxy"):
-        if params[opt]:
-            setattr(cfg, opt, params[opt])
-    cfg.connection_pool_maxsize = pool  # one connection per write in flight
-    api = k8s_client.ApiClient(configuration=cfg)
-    if params["impersonate_user"]:
-        api.set_default_header("Impersonate-User", params["impersonate_user"])
-    if params["impersonate_groups"]:
-        api.set_default_header("Impersonate-Group", params["impersonate_groups"][0])
-    return api
-
-
-def api_error(exc):
-    """The API server's own sentence for a refused request."""
-    status, body = getattr(exc, "status", None), getattr(exc, "body", None)
-    try:
-        message = json.loads(body).get("message") if body else None
-    except (TypeError, ValueError, AttributeError):
-        message = None
-    return "%s %s" % (status or "", message or getattr(exc, "reason", None) or exc)
+    spec.update(connection_spec())
+    return spec
 
 
 def main():
@@ -279,12 +160,13 @@ def main():
         # every input check before connecting
         applier = Applier(None, None, p["field_manager"], p["concurrency"])
         check_objects(p["objects"])
-        if len(p["impersonate_groups"] or []) > 1:
-            raise InputError("impersonate_groups: one group at most, got %s" % ", ".join(p["impersonate_groups"]))
+        problems = connection_problems(p)
+        if problems:
+            raise InputError("; ".join(problems))
     except GpuopsError as exc:
         fail(module, exc)
     try:
-        dyn = DynamicClient(api_client(p, p["concurrency"]))
+        dyn = dynamic_client(p, p["concurrency"])
     except Exception as exc:  # pylint: disable=broad-except  # config errors of every kind end here
         fail(module, HostError("cannot reach the API server: %s" % exc))
     resources = {}

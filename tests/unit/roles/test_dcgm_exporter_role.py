@@ -202,7 +202,15 @@ def test_schema_check_catches_a_bad_dashboard():
 
 # --- decisions in tasks/prepare.yml -----------------------------------------------------------
 
-DECIDE = "Decide on the dashboard objects (applied, and those of other modes removed)"
+DECIDE = "Decide on the dashboard objects (applied, and those of other modes that are there removed)"
+
+
+def found(crd, there=("configmap", "grafana-operator")):
+    """k8s_bulk_info's reads: the GrafanaDashboard CRD, and the dashboard objects of each mode there."""
+    reads = {"gd_crd": {"resources": [{}] if crd else [], "api_found": True},
+             "configmap": {"resources": [{}] if "configmap" in there else [], "api_found": True},
+             "grafana-operator": {"resources": [{}] if crd and "grafana-operator" in there else [], "api_found": crd}}
+    return {"reads": reads, "requests": 3}
 
 
 @pytest.mark.parametrize("state,mode,crd,apply,remove", [
@@ -217,17 +225,42 @@ DECIDE = "Decide on the dashboard objects (applied, and those of other modes rem
 ])
 def test_dashboard_decisions(state, mode, crd, apply, remove):
     _ok, facts = ROLE.set_fact("prepare.yml", DECIDE, dcgm_exporter_state=state, dcgm_exporter_dashboard=mode,
-                               _dcgm_exporter_gd_crd={"resources": [{}] if crd else []})
+                               _dcgm_exporter_found=found(crd))
     assert facts == {"_dcgm_exporter_dashboard_apply": apply, "_dcgm_exporter_dashboard_remove": remove}
+
+
+@pytest.mark.parametrize("state,mode,there,remove", [
+    ("present", "none", (), []),  # nothing there: no removal run at all (a rerun's common case)
+    ("present", "none", ("grafana-operator",), ["grafana-operator"]),
+    ("present", "grafana-operator", ("grafana-operator",), []),
+    ("absent", "configmap", ("configmap",), ["configmap"]),
+])
+def test_only_dashboard_objects_found_are_removed(state, mode, there, remove):
+    _ok, facts = ROLE.set_fact("prepare.yml", DECIDE, dcgm_exporter_state=state, dcgm_exporter_dashboard=mode,
+                               _dcgm_exporter_found=found(True, there))
+    assert facts["_dcgm_exporter_dashboard_remove"] == remove
+
+
+def test_one_read_asks_for_the_crds_and_both_dashboard_objects():
+    t = ROLE.task("prepare.yml", "Look for the ServiceMonitor and GrafanaDashboard CRDs and the dashboard objects "
+                                 "already there (one run)")
+    queries = ROLE.templar(dcgm_exporter_dashboard_namespace="monitoring", dcgm_exporter_service_monitor="auto"
+                           ).template(t["vars"]["_dcgm_exporter_queries"])
+    assert queries["configmap"] == {"kind": "ConfigMap", "namespace": "monitoring", "name": "nvidia-dcgm-exporter-dashboard"}
+    assert queries["grafana-operator"]["kind"] == "GrafanaDashboard" and queries["grafana-operator"]["namespace"] == "monitoring"
+    assert queries["sm_crd"]["name"] == "servicemonitors.monitoring.coreos.com"
+    queries = ROLE.templar(dcgm_exporter_dashboard_namespace="monitoring", dcgm_exporter_service_monitor=True
+                           ).template(t["vars"]["_dcgm_exporter_queries"])
+    assert "sm_crd" not in queries
 
 
 def test_skip_message_without_the_crd():
     t = ROLE.task("prepare.yml", "GrafanaDashboard CRD not installed, dashboard skipped")
-    templar = ROLE.templar(dcgm_exporter_dashboard="grafana-operator", _dcgm_exporter_gd_crd={"resources": []})
+    templar = ROLE.templar(dcgm_exporter_dashboard="grafana-operator", _dcgm_exporter_found=found(False))
     assert all(templar.evaluate_conditional(c) for c in t["when"])
     assert "CRD (grafanadashboards.grafana.integreatly.org) is not installed" in templar.template(
         t["ansible.builtin.debug"]["msg"])
-    templar = ROLE.templar(dcgm_exporter_dashboard="grafana-operator", _dcgm_exporter_gd_crd={"resources": [{}]})
+    templar = ROLE.templar(dcgm_exporter_dashboard="grafana-operator", _dcgm_exporter_found=found(True))
     assert not all(templar.evaluate_conditional(c) for c in t["when"])
 
 

@@ -59,7 +59,8 @@ def test_sandbox_device_plugin_annotation_carries_the_same_names():
 
 def test_cluster_yml_runs_it_after_the_sandbox_device_plugin():
     with open(os.path.join(REPO, "playbooks", "cluster.yml")) as fh:
-        order = yaml.safe_load(fh)[1]["vars"]["_cluster_default_order"]
+        plays = yaml.safe_load(fh)
+    order = next(p for p in plays if p["name"] == "GPU cluster components")["vars"]["_cluster_default_order"]
     assert order.index("kubevirt_config") == order.index("sandbox_device_plugin") + 1
 
 

@@ -307,7 +307,7 @@ def test_default_images_are_the_roles_defaults():
 
 def test_cluster_components_are_cluster_ymls_default_order():
     with open(os.path.join(ROLES, "..", "playbooks", "cluster.yml")) as fh:
-        play = yaml.safe_load(fh)[1]
+        play = next(p for p in yaml.safe_load(fh) if p["name"] == "GPU cluster components")
     assert play["vars"]["_cluster_default_order"] == cp.CLUSTER_COMPONENTS
 
 

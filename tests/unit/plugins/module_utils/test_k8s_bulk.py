@@ -288,3 +288,111 @@ def test_empty_values_the_server_leaves_out_still_match():
     assert kb.matches(want, {"env": [{"name": "KUBECONFIG"}, {"name": "A", "value": "1"}]})
     assert not kb.matches(want, {"env": [{"name": "KUBECONFIG"}, {"name": "A"}]})
     assert not kb.matches({"a": 0}, {}) and not kb.matches({"a": False}, {}) and kb.matches({"a": {}}, {})
+
+
+# --- k8s_bulk_info: many reads in one run ---
+
+def test_queries_get_their_defaults():
+    q = kb.check_queries({"ds": {"kind": "DaemonSet", "api_version": "apps/v1", "label_selectors": ["a=b"]},
+                          "crd": {"kind": "CustomResourceDefinition", "api_version": "apiextensions.k8s.io/v1",
+                                  "name": "x.example.com"},
+                          "nodes": {"kind": "Node"}})
+    assert q["nodes"] == {"api_version": "v1", "kind": "Node", "namespace": None, "name": None,
+                          "label_selectors": [], "field_selectors": [], "fields": None,
+                          "field_managers": None}
+    assert q["ds"]["label_selectors"] == ["a=b"] and q["crd"]["name"] == "x.example.com"
+
+
+@pytest.mark.parametrize("queries,words", [
+    ({}, ["non-empty mapping"]),
+    ([{"kind": "Node"}], ["non-empty mapping"]),
+    ({"a": "Node"}, ["a is not a mapping"]),
+    ({"a": {"api_version": "v1"}}, ["a: kind must be a non-empty string"]),
+    ({"a": {"kind": "Node", "labels": ["x"]}}, ["a: unknown key(s) labels"]),
+    ({"a": {"kind": "Node", "label_selectors": "x=y"}}, ["a: label_selectors must be a list"]),
+    ({"a": {"kind": "Node", "label_selectors": ["x=y", ""]}}, ["a: label_selectors must be a list"]),
+    ({"a": {"kind": "Pod", "namespace": ""}}, ["a: namespace must be a non-empty string"]),
+    ({"a": {"kind": "Node", "name": "n1", "label_selectors": ["x"]}}, ["a: name and selectors exclude each other"]),
+    # every problem is named, not only the first
+    ({"a": {"kind": ""}, "b": {"kind": "Node", "field_selectors": [1]}},
+     ["a: kind must be", "b: field_selectors must be"]),
+])
+def test_bad_queries_are_refused_with_every_reason(queries, words):
+    with pytest.raises(InputError) as e:
+        kb.check_queries(queries)
+    for word in words:
+        assert word in str(e.value)
+
+
+def test_reads_run_at_once_and_come_back_under_their_names():
+    seen, lock, both = [], threading.Lock(), threading.Barrier(3, timeout=5)
+
+    def read(query):
+        with lock:
+            seen.append(query["kind"])
+        both.wait()  # all three in flight together, or the barrier breaks
+        return query["kind"] != "GrafanaDashboard", [{"kind": query["kind"]}] if query["kind"] == "Node" else []
+
+    q = kb.check_queries({"n": {"kind": "Node"}, "j": {"kind": "Job", "api_version": "batch/v1"},
+                          "g": {"kind": "GrafanaDashboard", "api_version": "grafana.integreatly.org/v1beta1"}})
+    out = kb.read_all(q, read)
+    assert sorted(seen) == ["GrafanaDashboard", "Job", "Node"]
+    assert out == {"n": {"resources": [{"kind": "Node"}], "api_found": True},
+                   "j": {"resources": [], "api_found": True},
+                   "g": {"resources": [], "api_found": False}}
+
+
+def test_a_failed_read_fails_the_whole_run_after_the_others_end():
+    ended = []
+
+    def read(query):
+        if query["kind"] == "Job":
+            raise RuntimeError("403 jobs.batch is forbidden")
+        ended.append(query["kind"])
+        return True, []
+
+    with pytest.raises(RuntimeError, match="forbidden"):
+        kb.read_all(kb.check_queries({"a": {"kind": "Job"}, "b": {"kind": "Node"}, "c": {"kind": "Pod"}}), read,
+                    concurrency=1)
+    assert sorted(ended) == ["Node", "Pod"]
+
+
+def test_read_concurrency_is_bounded():
+    with pytest.raises(InputError, match="concurrency"):
+        kb.read_all(kb.check_queries({"a": {"kind": "Node"}}), lambda q: (True, []), concurrency=0)
+
+
+def test_a_projection_keeps_the_fields_asked_and_the_name():
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "gpu-1", "labels": {"a": "b"}, "managedFields": [{"manager": "x"}]},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}, "images": ["big"] * 50}}
+    assert kb.project(node, ["status.allocatable", "spec.taints", "metadata.labels.a"]) == {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-1", "labels": {"a": "b"}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    assert kb.project(node, []) == {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"}}
+    assert kb.project(node, None) is node
+    # a path through a scalar or a list keeps nothing rather than failing
+    assert kb.project(node, ["metadata.name.x", "status.images.0"]) == kb.project(node, [])
+
+
+def test_reads_are_cut_to_their_fields():
+    q = kb.check_queries({"n": {"kind": "Node", "fields": ["status.allocatable"]}, "whole": {"kind": "Node"}})
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "uid": "u"},
+            "status": {"allocatable": {}, "capacity": {}}}
+    out = kb.read_all(q, lambda query: (True, [node]))
+    assert out["n"]["resources"] == [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
+                                      "status": {"allocatable": {}}}]
+    assert out["whole"]["resources"] == [node]
+
+
+def test_only_the_managed_fields_of_the_managers_asked_are_kept():
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "gpu-1", "managedFields": [
+                {"manager": "kwok", "fieldsV1": {"f:status": {}}}, {"manager": "gpuops-node-labels", "fieldsV1": {}}, "x"]}}
+    cut = kb.project(node, ["metadata.managedFields"], ["gpuops-node-labels"])
+    assert cut["metadata"]["managedFields"] == [{"manager": "gpuops-node-labels", "fieldsV1": {}}]
+    assert len(node["metadata"]["managedFields"]) == 3  # the object read is not changed
+    assert kb.project(node, None, [])["metadata"]["managedFields"] == []
+    q = kb.check_queries({"n": {"kind": "Node", "field_managers": ["gpuops-node-labels"]}})
+    out = kb.read_all(q, lambda query: (True, [node]))
+    assert [m["manager"] for m in out["n"]["resources"][0]["metadata"]["managedFields"]] == ["gpuops-node-labels"]

@@ -1,0 +1,196 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpuops.nvidia contributors
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: k8s_bulk_info
+short_description: Several Kubernetes reads in one module run, at once
+version_added: 0.3.0
+description:
+  - Runs every query of O(queries) (a GET of one named object, or a LIST with label and field selectors)
+    concurrently in one module run and returns each query's objects under its own name.
+  - Each query is what one C(kubernetes.core.k8s_info) task reads (same result keys, C(resources) and
+    C(api_found)); the difference is the cost. A module run is a Python start, the C(kubernetes) library's
+    import and API discovery (about 0.7-1 s on a small controller), and the queries of one task are sent
+    together; a role that must read Nodes, Jobs and Pods pays that once, not three times, and an C(until) loop
+    that waits on several kinds polls them in one run each time.
+  - Only reads; writes are C(gpuops.nvidia.k8s_bulk_apply) and C(kubernetes.core.k8s).
+  - Part of the action group C(gpuops.nvidia.k8s) (which extends C(kubernetes.core.k8s)), so
+    C(module_defaults) for C(group/gpuops.nvidia.k8s) reach it.
+author:
+  - gpuops.nvidia contributors (@gpuops)
+extends_documentation_fragment:
+  - gpuops.nvidia.attributes
+  - gpuops.nvidia.k8s_auth
+attributes:
+  check_mode:
+    support: full
+    details: Reads only; check mode reads as well, so later tasks plan from the cluster as it is.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+options:
+  queries:
+    description:
+      - Result name -> query. Each query takes C(kind) (required), C(api_version) (default C(v1)),
+        C(namespace) (a namespaced kind without it is read in every namespace), and either C(name) (one
+        object) or C(label_selectors) and C(field_selectors) (lists of selector terms, all of which must
+        match, as in C(kubernetes.core.k8s_info)).
+      - C(fields) (a list of dotted paths such as C(status.conditions)) keeps only those fields of each object,
+        each whole, and what names it (C(apiVersion), C(kind), C(metadata.name), C(metadata.namespace));
+        without it the objects come back whole. A read of a thousand Nodes whole is megabytes for the
+        controller to parse; the paths a task needs are a fraction of that.
+      - C(field_managers) (a list of names) keeps only those managers' entries of C(metadata.managedFields)
+        (what a server-side apply of theirs owns); another client's status updates are most of a Node's.
+      - Unknown keys, wrong types, and a name given with selectors are refused before any request.
+    type: dict
+    required: true
+  concurrency:
+    description: Reads in flight at once (1-256).
+    type: int
+    default: 16
+notes:
+  - A named object that does not exist is an empty C(resources) list; a kind the API server does not serve (a CRD
+    not installed) is C(api_found=false) with an empty list, as C(kubernetes.core.k8s_info) answers.
+  - Any other failed read fails the task, naming the query and the API server's answer.
+seealso:
+  - module: kubernetes.core.k8s_info
+  - module: gpuops.nvidia.k8s_bulk_apply
+"""
+
+EXAMPLES = r"""
+- name: Read the DaemonSets and Deployments to wait for, in one run per poll
+  gpuops.nvidia.k8s_bulk_info:
+    queries:
+      daemonsets: {api_version: apps/v1, kind: DaemonSet, label_selectors: [app.kubernetes.io/managed-by=gpuops.nvidia]}
+      deployments: {api_version: apps/v1, kind: Deployment, label_selectors: [app.kubernetes.io/managed-by=gpuops.nvidia]}
+  register: rollouts
+  until: (rollouts.reads.daemonsets.resources + rollouts.reads.deployments.resources)
+         | gpuops.nvidia.k8s_rollouts_pending | length == 0
+  retries: 150
+  delay: 2
+
+- name: The nodes' allocatable GPUs and the validation Jobs' conditions (only those fields come back)
+  gpuops.nvidia.k8s_bulk_info:
+    queries:
+      nodes: {kind: Node, label_selectors: [nvidia.com/gpu.present=true], fields: [status.allocatable]}
+      jobs: {api_version: batch/v1, kind: Job, namespace: gpu-operator, fields: [metadata.annotations, status.conditions]}
+  register: state
+
+- name: Is the Prometheus Operator's ServiceMonitor CRD installed
+  gpuops.nvidia.k8s_bulk_info:
+    queries:
+      crd: {api_version: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, name: servicemonitors.monitoring.coreos.com}
+  register: found
+"""
+
+RETURN = r"""
+reads:
+  description:
+    - Query name -> C(resources) (the objects read, as the API server returns them) and C(api_found).
+    - Not named C(results), which Ansible gives the per-item results of a loop.
+  type: dict
+  returned: always
+  sample: {crd: {resources: [], api_found: true}}
+requests:
+  description: Read requests made (one per query whose kind is served).
+  type: int
+  returned: always
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, InputError, fail
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import check_queries, read_all
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+    HAS_K8S, api_error, connection_problems, connection_spec, dynamic_client)
+
+try:
+    from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+except ImportError:
+    pass  # HAS_K8S is False: main() says so
+
+
+def argument_spec():
+    spec = dict(
+        queries=dict(type="dict", required=True),
+        concurrency=dict(type="int", default=16),
+    )
+    spec.update(connection_spec())
+    return spec
+
+
+def main():
+    module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
+    if not HAS_K8S:
+        module.fail_json(msg=missing_required_lib("kubernetes"))
+    p = module.params
+    try:
+        queries = check_queries(p["queries"])
+        problems = connection_problems(p)
+        if problems:
+            raise InputError("; ".join(problems))
+        if not 1 <= p["concurrency"] <= 256:
+            raise InputError("concurrency must be an integer from 1 to 256, got %r" % (p["concurrency"],))
+    except GpuopsError as exc:
+        fail(module, exc)
+    try:
+        dyn = dynamic_client(p, min(p["concurrency"], len(queries)))
+    except Exception as exc:  # pylint: disable=broad-except  # config errors of every kind end here
+        fail(module, HostError("cannot reach the API server: %s" % exc))
+
+    # discovery first, in this thread (the library's discovery cache is not shared safely between threads);
+    # a kind not found is looked up once more with fresh discovery (a CRD installed since the cache was written)
+    resources = {}
+    try:
+        for query in queries.values():
+            kind = (query["api_version"], query["kind"])
+            if kind in resources:
+                continue
+            try:
+                resources[kind] = dyn.resources.get(api_version=kind[0], kind=kind[1])
+            except ResourceNotFoundError:
+                dyn.resources.invalidate_cache()
+                try:
+                    resources[kind] = dyn.resources.get(api_version=kind[0], kind=kind[1])
+                except ResourceNotFoundError:
+                    resources[kind] = None
+    except Exception as exc:  # pylint: disable=broad-except
+        fail(module, HostError("cannot discover the API server's kinds: %s" % api_error(exc)))
+    requests = [0]
+
+    def read(query):
+        res = resources[(query["api_version"], query["kind"])]
+        if res is None:
+            return False, []
+        ns = query["namespace"] if res.namespaced else None
+        requests[0] += 1
+        try:
+            if query["name"]:
+                try:
+                    return True, [json.loads(dyn.request("get", res.path(name=query["name"], namespace=ns),
+                                                         serialize=False).data)]
+                except NotFoundError:
+                    return True, []
+            selectors = (("labelSelector", query["label_selectors"]), ("fieldSelector", query["field_selectors"]))
+            params = [(k, ",".join(v)) for k, v in selectors if v]
+            answer = dyn.request("get", res.path(namespace=ns), query_params=params, serialize=False)
+            return True, json.loads(answer.data).get("items") or []
+        except Exception as exc:  # pylint: disable=broad-except
+            raise HostError("cannot read %s%s: %s" % (query["kind"], " in " + ns if ns else "", api_error(exc)))
+
+    try:
+        results = read_all(queries, read, p["concurrency"])
+    except GpuopsError as exc:
+        fail(module, exc)
+    module.exit_json(changed=False, reads=results, requests=requests[0])
+
+
+if __name__ == "__main__":
+    main()
