@@ -92,7 +92,8 @@ EXAMPLES = r"""
 RETURN = r"""
 reads:
   description:
-    - Query name -> C(resources) (the objects read, as the API server returns them) and C(api_found).
+    - Query name -> C(resources) (the objects read, as the API server returns them, each with its C(apiVersion)
+      and C(kind) as C(kubernetes.core.k8s_info) gives them) and C(api_found).
     - Not named C(results), which Ansible gives the per-item results of a loop.
   type: dict
   returned: always
@@ -181,7 +182,12 @@ def main():
             selectors = (("labelSelector", query["label_selectors"]), ("fieldSelector", query["field_selectors"]))
             params = [(k, ",".join(v)) for k, v in selectors if v]
             answer = dyn.request("get", res.path(namespace=ns), query_params=params, serialize=False)
-            return True, json.loads(answer.data).get("items") or []
+            items = json.loads(answer.data).get("items") or []
+            # a LIST's items carry no apiVersion and kind (the list does); kubernetes.core.k8s_info's do
+            for item in items:
+                item.setdefault("apiVersion", res.group_version)
+                item.setdefault("kind", res.kind)
+            return True, items
         except Exception as exc:  # pylint: disable=broad-except
             raise HostError("cannot read %s%s: %s" % (query["kind"], " in " + ns if ns else "", api_error(exc)))
 
