@@ -374,16 +374,21 @@ def test_bulk_info_reads_what_k8s_info_reads(tmp_path):
     many = got["many"]
     uids = sorted(o["metadata"]["uid"] for o in got["one"])
     assert len(uids) >= 4 and sorted(o["metadata"]["uid"] for o in many["ds"]["resources"]) == uids
+    # each item names its kind as k8s_info's do (the rollout check tells Deployments from DaemonSets by it)
+    assert {(o["apiVersion"], o["kind"]) for o in many["ds"]["resources"]} == {("apps/v1", "DaemonSet")}
     assert many["absent"] == {"resources": [], "api_found": True}
     assert many["unserved"] == {"resources": [], "api_found": False}
     pods = many["pods"]["resources"]
     assert pods and all(set(p) == {"apiVersion", "kind", "metadata", "spec"} and set(p["spec"]) == {"nodeName"}
+                        and (p["apiVersion"], p["kind"]) == ("v1", "Pod")
                         and set(p["metadata"]) == {"name", "namespace"} for p in pods)
     assert {p["spec"]["nodeName"] for p in pods} == {n for n, o in nodes().items()
                                                       if (o.metadata.labels or {}).get(
                                                           "nvidia.com/gpu.deploy.operator-validator") == "true"}
     node = many["nodes"]["resources"]
     assert [n["metadata"]["name"] for n in node] == ["h200-0"]
+    # metadata only asked: the server answered PartialObjectMetadata, the item still names its own kind
+    assert (node[0]["apiVersion"], node[0]["kind"]) == ("v1", "Node") and set(node[0]) == {"apiVersion", "kind", "metadata"}
     assert [m["manager"] for m in node[0]["metadata"]["managedFields"]] == ["gpuops-nvidia"]
     assert got["requests"] == 4  # the unserved kind costs no request
     assert "name and selectors exclude each other" in got["refused"] and "unknown key(s) labels" in got["refused"]
