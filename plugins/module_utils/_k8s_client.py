@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import os
 
-from ansible.module_utils.basic import env_fallback
+from ansible.module_utils.basic import env_fallback, missing_required_lib
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, InputError, fail
 
 try:
     from kubernetes import client as k8s_client, config as k8s_config
@@ -91,6 +92,25 @@ def api_client(params, pool):
 def dynamic_client(params, pool):
     """A DynamicClient (discovery cached by the library) over api_client()."""
     return DynamicClient(api_client(params, pool))
+
+
+def connect(module, check, pool):
+    """(check(), DynamicClient), or the module fails: without the kubernetes library, when ``check`` (the
+    module's own input checks, raising GpuopsError) or the connection options refuse the input -- all of
+    that before any connection -- or when no client can be made from the options."""
+    if not HAS_K8S:
+        module.fail_json(msg=missing_required_lib("kubernetes"))
+    try:
+        checked = check()
+        problems = connection_problems(module.params)
+        if problems:
+            raise InputError("; ".join(problems))
+    except GpuopsError as exc:
+        fail(module, exc)
+    try:
+        return checked, dynamic_client(module.params, pool)
+    except Exception as exc:  # pylint: disable=broad-except  # config errors of every kind end here
+        fail(module, HostError("cannot reach the API server: %s" % exc))
 
 
 def api_error(exc):

@@ -127,17 +127,16 @@ requests:
 import json
 import time
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
-from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, InputError, fail
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import Applier, check_objects
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    HAS_K8S, api_error, connection_problems, connection_spec, dynamic_client)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import api_error, connect, connection_spec
 
 try:
     from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 except ImportError:
-    pass  # HAS_K8S is False: main() says so
+    pass  # connect() says the library is missing
 
 
 def argument_spec():
@@ -153,22 +152,14 @@ def argument_spec():
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"))
     p = module.params
-    try:
-        # every input check before connecting
+
+    def check():
         applier = Applier(None, None, p["field_manager"], p["concurrency"])
         check_objects(p["objects"])
-        problems = connection_problems(p)
-        if problems:
-            raise InputError("; ".join(problems))
-    except GpuopsError as exc:
-        fail(module, exc)
-    try:
-        dyn = dynamic_client(p, p["concurrency"])
-    except Exception as exc:  # pylint: disable=broad-except  # config errors of every kind end here
-        fail(module, HostError("cannot reach the API server: %s" % exc))
+        return applier
+
+    applier, dyn = connect(module, check, p["concurrency"])
     resources = {}
     # a kind whose CRD this same run applies is served once the CRD is established (a second or so)
     with_crds = any(o["kind"] == "CustomResourceDefinition" for o in p["objects"])

@@ -108,16 +108,15 @@ requests:
 
 import json
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, InputError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import check_queries, read_all
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    HAS_K8S, api_error, connection_problems, connection_spec, dynamic_client)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import api_error, connect, connection_spec
 
 try:
     from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 except ImportError:
-    pass  # HAS_K8S is False: main() says so
+    pass  # connect() says the library is missing
 
 
 def argument_spec():
@@ -131,22 +130,14 @@ def argument_spec():
 
 def main():
     module = AnsibleModule(argument_spec=argument_spec(), supports_check_mode=True)
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"))
     p = module.params
-    try:
-        queries = check_queries(p["queries"])
-        problems = connection_problems(p)
-        if problems:
-            raise InputError("; ".join(problems))
+
+    def check():
         if not 1 <= p["concurrency"] <= 256:
             raise InputError("concurrency must be an integer from 1 to 256, got %r" % (p["concurrency"],))
-    except GpuopsError as exc:
-        fail(module, exc)
-    try:
-        dyn = dynamic_client(p, min(p["concurrency"], len(queries)))
-    except Exception as exc:  # pylint: disable=broad-except  # config errors of every kind end here
-        fail(module, HostError("cannot reach the API server: %s" % exc))
+        return check_queries(p["queries"])
+
+    queries, dyn = connect(module, check, p["concurrency"])
 
     # discovery first, in this thread (the library's discovery cache is not shared safely between threads);
     # a kind not found is looked up once more with fresh discovery (a CRD installed since the cache was written)
