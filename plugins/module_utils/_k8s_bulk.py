@@ -207,6 +207,13 @@ def changed(obj, before, after, manager):
     return view(before, paths) != view(after, paths) or _manager_fields(before, manager) != _manager_fields(after, manager)
 
 
+def check_concurrency(concurrency):
+    """Requests in flight at once: an integer from 1 to 256 (InputError otherwise); returned as given."""
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 256:
+        raise InputError("concurrency must be an integer from 1 to 256, got %r" % (concurrency,))
+    return concurrency
+
+
 def _text(value):
     return json.dumps(value, indent=2, sort_keys=True) + "\n" if value is not None else ""
 
@@ -222,9 +229,7 @@ class Applier:
     def __init__(self, read, apply, manager, concurrency=16):
         if not isinstance(manager, str) or not manager:
             raise InputError("field_manager must be a non-empty string")
-        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 256:
-            raise InputError("concurrency must be an integer from 1 to 256, got %r" % (concurrency,))
-        self.read, self.apply, self.manager, self.concurrency = read, apply, manager, concurrency
+        self.read, self.apply, self.manager, self.concurrency = read, apply, manager, check_concurrency(concurrency)
 
     def run(self, objects):
         check_objects(objects)
@@ -378,8 +383,7 @@ def read_all(queries, read, concurrency=16):
     The first failing query's error is raised, after every query has ended.
     """
     keys = list(queries)
-    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or not 1 <= concurrency <= 256:
-        raise InputError("concurrency must be an integer from 1 to 256, got %r" % (concurrency,))
+    check_concurrency(concurrency)
 
     def one(key):
         try:

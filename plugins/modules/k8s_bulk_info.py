@@ -109,8 +109,8 @@ requests:
 import json
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, InputError, fail
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import check_queries, read_all
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, fail
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import check_concurrency, check_queries, read_all
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import api_error, connect, connection_spec
 
 try:
@@ -133,8 +133,7 @@ def main():
     p = module.params
 
     def check():
-        if not 1 <= p["concurrency"] <= 256:
-            raise InputError("concurrency must be an integer from 1 to 256, got %r" % (p["concurrency"],))
+        check_concurrency(p["concurrency"])
         return check_queries(p["queries"])
 
     queries, dyn = connect(module, check, p["concurrency"])
@@ -157,7 +156,6 @@ def main():
                     resources[kind] = None
     except Exception as exc:  # pylint: disable=broad-except
         fail(module, HostError("cannot discover the API server's kinds: %s" % api_error(exc)))
-    requests = [0]
 
     def read(query):
         res = resources[(query["api_version"], query["kind"])]
@@ -169,7 +167,6 @@ def main():
         meta_only = query["fields"] is not None and all(f.startswith("metadata.") for f in query["fields"])
         headers = {"Accept": "application/json;as=PartialObjectMetadata%s;v=v1;g=meta.k8s.io,application/json" % (
             "" if query["name"] else "List")} if meta_only else {}
-        requests[0] += 1
         try:
             if query["name"]:
                 try:
@@ -196,7 +193,9 @@ def main():
         results = read_all(queries, read, p["concurrency"])
     except GpuopsError as exc:
         fail(module, exc)
-    module.exit_json(changed=False, reads=results, requests=requests[0])
+    # one request per query whose kind is served
+    requests = sum(1 for q in queries.values() if resources[(q["api_version"], q["kind"])] is not None)
+    module.exit_json(changed=False, reads=results, requests=requests)
 
 
 if __name__ == "__main__":
