@@ -47,6 +47,15 @@ options:
         C(gpu.product) (C(-SHARED)) and C(mps.capable).
       - Omitted, the labels are those of GFD without a config file.
     type: dict
+  require_gpu:
+    description:
+      - Fail, after gathering, when no NVIDIA GPU was found - for a node whose inventory gives it a GPU
+        workload kind (the C(discovery) role sets it from C(gpu_workload)).
+      - Needs a O(gather_subset) that reads PCI (V(pci), V(iommu) or V(all)); refused otherwise before
+        anything is read.
+    type: bool
+    default: false
+    version_added: 0.3.0
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.attributes.facts
@@ -218,6 +227,7 @@ def argument_spec():
         gather_subset=dict(type="list", elements="str", default=["all"]),
         root=dict(type="path", default="/"),
         gfd_config=dict(type="dict"),
+        require_gpu=dict(type="bool", default=False),
     )
 
 
@@ -227,6 +237,9 @@ def main():
         subsets = resolve_subsets(module.params["gather_subset"])
     except GpuopsError as exc:
         fail(module, exc)
+    if module.params["require_gpu"] and not {"pci", "iommu"} & set(subsets):
+        module.fail_json(msg="require_gpu needs a gather_subset that reads PCI (pci, iommu or all); got %s"
+                         % ", ".join(module.params["gather_subset"]))
     root = module.params["root"]
     problem = path_problem(root, "root")
     if problem:
@@ -244,6 +257,9 @@ def main():
         fail(module, exc, msg="gfd_config: %s" % exc)
     for warning in warnings:
         module.warn(warning)
+    if module.params["require_gpu"] and not facts["count"]:
+        module.fail_json(msg="no NVIDIA GPU was found under %s, but this node has a GPU workload kind (require_gpu): "
+                         "give it no gpu_workload, or check the GPU is seen on the PCI bus (lspci -d 10de:)" % root)
     module.exit_json(changed=False, ansible_facts={"gpu": facts})
 
 

@@ -121,7 +121,7 @@ case ${CLUSTER_AUDIT:-lane} in
     1)
         printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n' >"$DIR/audit-policy.yaml"
         AUDIT_ARGS=(--audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/logs/audit.log"
-            --audit-log-format json --audit-log-mode batch --audit-log-maxsize 2000) ;;
+            --audit-log-format json --audit-log-mode batch --audit-log-maxsize 20000) ;;
     lane)
         cat >"$DIR/audit-policy.yaml" <<'EOF'
 apiVersion: audit.k8s.io/v1

@@ -37,3 +37,22 @@ def test_no_pynvml_means_note_not_traceback(capsys, roots, monkeypatch):
     assert rc == 0
     gpu = out["ansible_facts"]["gpu"]
     assert "nvml" not in gpu and "pynvml" in gpu["notes"][0]
+
+
+def test_require_gpu_fails_on_a_node_without_nvidia_gpus(capsys, roots):
+    rc, out = run(capsys, {"root": roots["no-gpu"], "gather_subset": ["pci"], "require_gpu": True})
+    assert rc == 1 and out["failed"] is True
+    assert "no NVIDIA GPU was found under %s" % roots["no-gpu"] in out["msg"]
+    assert "ansible_facts" not in out
+
+
+def test_require_gpu_passes_where_a_gpu_is(capsys, roots):
+    rc, out = run(capsys, {"root": roots["h200"], "gather_subset": ["iommu"], "require_gpu": True})
+    assert rc == 0, out
+    assert out["ansible_facts"]["gpu"]["count"] >= 1
+
+
+def test_require_gpu_without_a_pci_read_is_refused_before_reading(capsys, roots):
+    rc, out = run(capsys, {"root": "/nonexistent", "gather_subset": ["kernel", "driver"], "require_gpu": True})
+    assert rc == 1
+    assert out["msg"] == "require_gpu needs a gather_subset that reads PCI (pci, iommu or all); got kernel, driver"
