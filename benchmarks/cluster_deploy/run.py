@@ -198,6 +198,7 @@ def one(n, keep, floors, concurrency):
         "rerun_changed_task_names": second_tasks, "nodes_not_ready_after_rerun": len(not_ready),
         "rerun_requests": second_req,
     }
+    print("partial: " + json.dumps(result), file=sys.stderr, flush=True)  # a 5,000-node run takes an hour
     kubectl = os.path.join(CACHE, "cluster", "bin", "kubectl")
     for name in floors:
         fresh_cluster(n, env)
@@ -214,6 +215,7 @@ def one(n, keep, floors, concurrency):
                                    "rerun_s": runs[1][0], "rerun_requests": runs[1][1]}
         result["ratio_first_over_" + name] = round(first_s / runs[0][0], 2)
         result["ratio_rerun_over_" + name] = round(second_s / runs[1][0], 2)
+        print("partial: " + json.dumps(result), file=sys.stderr, flush=True)
     if not keep:
         sh([os.path.join(LAB, "down.sh"), "--purge"], env=env)
     return result

@@ -315,6 +315,18 @@ def k8s_rollouts_pending(workloads):
     return kj.rollouts_pending(_k8s_resources(workloads, "DaemonSet/Deployment resources"))
 
 
+@_refusing
+def k8s_queue(queue, field_manager, objects):
+    """{manager: [objects]} + objects under ``field_manager`` -> a new queue (empty YAML documents dropped)."""
+    queue = _mapping(queue, "the queue (field manager -> objects)")
+    if not isinstance(field_manager, str) or not field_manager:
+        raise _Refused("field_manager must be a non-empty string, got %s %s" % (_kind(field_manager), _short(field_manager)))
+    objects = _records([o for o in _seq(objects, "objects") if o is not None and o != {}], "objects")
+    out = dict(queue)
+    out[field_manager] = _seq(queue.get(field_manager), "the queue's %s" % field_manager) + objects
+    return out
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -336,4 +348,5 @@ class FilterModule:
             "k8s_named_objects": k8s_named_objects,
             "k8s_gpu_allocatable_split": k8s_gpu_allocatable_split,
             "k8s_rollouts_pending": k8s_rollouts_pending,
+            "k8s_queue": k8s_queue,
         }

@@ -171,7 +171,7 @@ start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$KCFG
     --bind-address 127.0.0.1 --secure-port "$KCM" --cert-dir "$DIR/kcm" --leader-elect=false \
     --service-account-private-key-file "$DIR/pki/sa.key" --root-ca-file "$DIR/pki/ca.crt" \
     --use-service-account-credentials=false --kube-api-qps 500 --kube-api-burst 1000 \
-    --concurrent-daemonset-syncs 10 --profiling=false --v 1
+    --concurrent-daemonset-syncs 10 --node-monitor-grace-period 300s --profiling=false --v 1
 cat >"$DIR/scheduler.yaml" <<EOF
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -181,10 +181,14 @@ EOF
 start kube-scheduler "$BIN/kube-scheduler" --config "$DIR/scheduler.yaml" \
     --authentication-kubeconfig "$KCFG" --authorization-kubeconfig "$KCFG" \
     --bind-address 127.0.0.1 --secure-port "$SCHED" --cert-dir "$DIR/sched" --v 1
+# KWOK's node leases last 400 s (renewed at a quarter of that) and the node controller waits 300 s
+# (--node-monitor-grace-period above) before calling a node NotReady: with 40 s leases a 5,000-node cluster
+# needs 500 renewals a second, more than two loaded cores serve, and nodes dropped out of the DaemonSets
+# mid-rollout (2026-12-04: 210 of 5,000 NotReady after 8 min).
 kwok_config
 start kwok "$BIN/kwok" --config "$DIR/kwok.yaml" --kubeconfig "$KCFG" \
     --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-    --server-address "127.0.0.1:$KWOKP" --node-lease-duration-seconds 40 --cidr 10.244.0.1/16 --node-ip 10.0.0.1
+    --server-address "127.0.0.1:$KWOKP" --node-lease-duration-seconds 400 --cidr 10.244.0.1/16 --node-ip 10.0.0.1
 sleep 1
 for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do running "$c" || die "$c exited"; done
 log "control plane up in $((SECONDS - T0))s (kubeconfig: $KCFG)"

@@ -215,3 +215,23 @@ def test_lab_vm_plays_an_example_host():
     hv = out["all"]["hosts"]["gpu-p01.example.net"]
     assert hv["ansible_port"] == 2222 and hv["ansible_connection"] == "ssh" and hv["gpuops_stand_in"] is False
     assert hv["gpu_facts_root"] == "/" and hv["vfio_devices"] == ["0000:00:05.0"] and "gpu_workload" not in hv
+
+
+@lab
+@pytest.mark.parametrize("extra, got", [
+    ("gpuops_cluster_rollout=sideways", "got present, roles, sideways"),
+    ("gpuops_cluster_mode=helm", "got present, helm, together"),
+    ("gpuops_cluster_state=latest", "got latest, roles, together"),
+])
+def test_cluster_play_refuses_unknown_modes_before_anything(tmp_path, roots_dir, extra, got):
+    """One assert for the three modes, before the play stops for want of an API server (so no cluster is needed)."""
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=COLLECTIONS, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0",
+               ANSIBLE_STDOUT_CALLBACK="default", GPUOPS_LAB_ROOTS=roots_dir)
+    cmd = [PLAYBOOK, os.path.join(BOOKS, "cluster.yml"), "-i", EXAMPLE, "-i", LAB,
+           "-e", "ansible_python_interpreter=%s" % sys.executable, "-e", "gpuops_k8s_api=false", "-e", extra]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(tmp_path), timeout=600, check=False)
+    assert res.returncode != 0
+    assert "gpuops_cluster_state must be present|absent, gpuops_cluster_mode roles|operator and " \
+           "gpuops_cluster_rollout together|each; " + got in res.stdout, res.stdout[-3000:]
+    assert "Cluster components NOT applied" not in res.stdout

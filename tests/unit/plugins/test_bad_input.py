@@ -678,6 +678,11 @@ FILTER_CASES = {
     "k8s_job_outcomes: wanted a string": (fk.k8s_job_outcomes, ([], "job-a"), {}),
     "k8s_job_outcomes: status a string": (fk.k8s_job_outcomes, ([{"metadata": {"name": "j"}, "status": "Complete"}],
                                                                 ["j"]), {}),
+    "k8s_queue: queue a list": (fk.k8s_queue, ([], "m", []), {}),
+    "k8s_queue: field manager None": (fk.k8s_queue, ({}, None, []), {}),
+    "k8s_queue: objects a mapping": (fk.k8s_queue, ({}, "m", {"kind": "Namespace"}), {}),
+    "k8s_queue: objects of strings": (fk.k8s_queue, ({}, "m", ["kind: Namespace"]), {}),
+    "k8s_queue: queued objects a string": (fk.k8s_queue, ({"m": "x"}, "m", []), {}),
 }
 
 

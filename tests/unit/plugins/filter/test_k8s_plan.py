@@ -63,3 +63,25 @@ def test_ready_pod_nodes():
         {"spec": {}, "status": {}},
     ]
     assert f.k8s_ready_pod_nodes(pods) == ["a"]
+
+
+def test_queue_appends_under_the_manager_and_drops_empty_documents():
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "a", "namespace": "gpu-operator"}}
+    first = f.k8s_queue(None, "gpuops-gfd", [None, ns, {}])
+    assert first == {"gpuops-gfd": [ns]}
+    second = f.k8s_queue(first, "gpuops-gfd", (x for x in [ds]))   # a generator, as Jinja's select gives
+    third = f.k8s_queue(second, "gpuops-nfd", [ns])
+    assert third == {"gpuops-gfd": [ns, ds], "gpuops-nfd": [ns]}
+    assert first == {"gpuops-gfd": [ns]}                             # the queue given is not changed
+
+
+@pytest.mark.parametrize("args, message", [
+    (([], "m", []), "the queue .* must be a mapping, got list"),
+    (({}, "", []), "field_manager must be a non-empty string"),
+    (({}, "m", "kind: Namespace"), "objects must be a list, got str"),
+    (({}, "m", [{"kind": "Namespace"}, "x"]), r"objects\[1\] must be a mapping, got str"),
+])
+def test_queue_refuses_bad_input(args, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        f.k8s_queue(*args)
