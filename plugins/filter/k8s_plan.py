@@ -162,6 +162,9 @@ def k8s_node_plan(nodes, current=None, options=None):
     except kl.LabelPlanError as e:
         raise AnsibleFilterError("invalid GPU node inventory:\n  - " + "\n  - ".join(e.errors))
     plan["missing"] = missing
+    if current is not None:
+        # what k8s_node_objects(plan, current) gives, computed here once: the role applies exactly this
+        plan["changes"] = kl.node_objects(plan, current=current)
     return plan
 
 

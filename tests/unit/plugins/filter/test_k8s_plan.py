@@ -85,3 +85,20 @@ def test_queue_appends_under_the_manager_and_drops_empty_documents():
 def test_queue_refuses_bad_input(args, message):
     with pytest.raises(AnsibleFilterError, match=message):
         f.k8s_queue(*args)
+
+
+def test_plan_with_current_carries_the_changes_k8s_node_objects_gives():
+    inputs = [{"name": n, "gpu": GPU, "workload": "container"} for n in ("a", "b", "c")]
+    first = f.k8s_node_plan(inputs, {"a": {}, "b": {}, "c": {}})
+    assert "changes" not in f.k8s_node_plan(inputs)              # no current: nothing to compare with
+    assert [o["metadata"]["name"] for o in first["changes"]] == ["a", "b", "c"]
+    # b as planned and owned by our field manager, a with one label off, c unknown ownership
+    want = {n["name"]: n for n in first["nodes"]}
+    current = {"a": {"labels": dict(want["a"]["labels"], **{"nvidia.com/gpu.present": "false"}),
+                     "taints": want["a"]["taints"], "owned_labels": list(want["a"]["labels"])},
+               "b": {"labels": dict(want["b"]["labels"]), "taints": want["b"]["taints"],
+                     "owned_labels": list(want["b"]["labels"])},
+               "c": {"labels": dict(want["c"]["labels"]), "taints": want["c"]["taints"]}}
+    plan = f.k8s_node_plan(inputs, current)
+    assert [o["metadata"]["name"] for o in plan["changes"]] == ["a", "c"]
+    assert plan["changes"] == f.k8s_node_objects(plan, current)
