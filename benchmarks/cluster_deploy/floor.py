@@ -105,6 +105,11 @@ def _clients(kubeconfig, pool=32):
     return api, dynamic.DynamicClient(api)
 
 
+def has_workloads(phases):
+    """Did the playbook apply DaemonSets or Deployments (not with --components none: node labels only)?"""
+    return any(o["kind"] in ("DaemonSet", "Deployment") for o in phases["phase1"])
+
+
 def wait_rollouts(kubeconfig, timeout=5400):
     from kubernetes import client
 
@@ -151,7 +156,8 @@ def kubectl_run(kubeconfig, phases, work, kubectl):
 
     t0 = time.time()
     apply(phases["phase1"], "floor", "phase1")
-    wait_rollouts(kubeconfig)
+    if has_workloads(phases):
+        wait_rollouts(kubeconfig)
     apply(phases["jobs"], "floor", "jobs")
     wait_jobs(kubeconfig, [j["metadata"]["name"] for j in phases["jobs"]])
     apply(phases["validated"], "floor-validator", "validated")
@@ -186,7 +192,8 @@ def python_run(kubeconfig, phases, concurrency):
 
     t0 = time.time()
     apply(phases["phase1"], "floor-py")
-    wait_rollouts(kubeconfig)
+    if has_workloads(phases):
+        wait_rollouts(kubeconfig)
     apply(phases["jobs"], "floor-py")
     wait_jobs(kubeconfig, [j["metadata"]["name"] for j in phases["jobs"]])
     apply(phases["validated"], "floor-py-validator")

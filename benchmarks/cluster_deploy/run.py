@@ -97,10 +97,18 @@ def changed_tasks(stdout):
     return out
 
 
-def run_playbook(env, inventory, log_name, concurrency=16):
+COMPONENTS = {
+    "all": "['runtime_class','nfd','gfd','device_plugin','dcgm_exporter','mig_manager','validator']",
+    # node labels and taints only: what grows with the fleet on our side, without the simulated rollout of
+    # six DaemonSet pods per node (KWOK marks ~11 pods a second Ready at 5,000 nodes on two cores)
+    "none": "[]",
+}
+
+
+def run_playbook(env, inventory, log_name, concurrency=16, components="all"):
     cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", inventory,
            os.path.join(ROOT, "playbooks", "cluster.yml"),
-           "-e", "gpuops_cluster_components=['runtime_class','nfd','gfd','device_plugin','dcgm_exporter','mig_manager','validator']"]
+           "-e", "gpuops_cluster_components=" + COMPONENTS[components]]
     # rollouts of thousands of pods on 2 cores outlast the roles' 600 s default waits
     cmd += ["-e", "gpuops_cluster_wait_timeout=%d" % WAIT_TIMEOUT, "-e", "gpuops_k8s_concurrency=%d" % concurrency]
     for role in ("nfd", "gfd", "device_plugin", "dcgm_exporter", "mig_manager", "validator"):
@@ -118,13 +126,17 @@ def run_playbook(env, inventory, log_name, concurrency=16):
     return dt, changed, changed_tasks(r.stdout)
 
 
-def verify(kubeconfig, n):
+def verify(kubeconfig, n, components="all"):
     from kubernetes import client, config
 
     config.load_kube_config(kubeconfig)
     api_client = client.ApiClient()
     api_client.user_agent = "gpuops-bench"  # this script's reads are not the playbook's (client_of)
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    if components == "none":
+        labelled = core.list_node(label_selector="nvidia.com/gpu.deploy.device-plugin=true").items
+        assert len(labelled) == n, len(labelled)
+        return
     for ds in DAEMONSETS:
         d = apps.read_namespaced_daemon_set(ds, "gpu-operator")
         assert d.status.desired_number_scheduled == n == d.status.number_ready, (ds, d.status)
@@ -169,7 +181,7 @@ def requests_since(audit, since, n):
             "per_node": {k: round(v / n, 2) for k, v in by_client.items() if k.startswith(("ansible", "floor"))}}
 
 
-def one(n, keep, floors, concurrency):
+def one(n, keep, floors, concurrency, components="all"):
     env = dict(os.environ, GPUOPS_CACHE=CACHE, CLUSTER_DIR=DIR, CLUSTER_PORT_BASE=PORT_BASE, CLUSTER_AUDIT="1",
                PYTHON=os.path.join(ROOT, ".venv", "bin", "python"))
     kubeconfig = os.path.join(DIR, "kubeconfig")
@@ -180,17 +192,18 @@ def one(n, keep, floors, concurrency):
                 PATH=os.path.join(CACHE, "cluster", "bin") + os.pathsep + os.environ["PATH"])
     up_s, nodes_ready_s, core = fresh_cluster(n, env)
     start = time.time()
-    first_s, first_changed, _ = run_playbook(penv, inventory, "first-%d.log" % n, concurrency)
-    verify(kubeconfig, n)
+    tag = "%d%s" % (n, "" if components == "all" else "-" + components)
+    first_s, first_changed, _ = run_playbook(penv, inventory, "first-%s.log" % tag, concurrency, components)
+    verify(kubeconfig, n, components)
     first_req = requests_since(audit, start, n)
-    phases = floor.capture(kubeconfig, audit, start, client_of, os.path.join(DIR, "..", "floor-objects-%d.json" % n))
+    phases = floor.capture(kubeconfig, audit, start, client_of, os.path.join(DIR, "..", "floor-objects-%s.json" % tag))
     start2 = time.time()
-    second_s, second_changed, second_tasks = run_playbook(penv, inventory, "rerun-%d.log" % n, concurrency)
+    second_s, second_changed, second_tasks = run_playbook(penv, inventory, "rerun-%s.log" % tag, concurrency, components)
     not_ready = [x.metadata.name for x in core.list_node().items
                  if not any(c.type == "Ready" and c.status == "True" for c in x.status.conditions or [])]
     second_req = requests_since(audit, start2, n)
     result = {
-        "nodes": n, "cluster_up_s": round(up_s, 1), "nodes_ready_s": round(nodes_ready_s, 1),
+        "nodes": n, "components": components, "cluster_up_s": round(up_s, 1), "nodes_ready_s": round(nodes_ready_s, 1),
         "objects": {k: len(v) for k, v in phases.items()},
         "first_run_s": round(first_s, 1), "first_run_changed_tasks": first_changed,
         "first_run_requests": first_req,
@@ -210,7 +223,7 @@ def one(n, keep, floors, concurrency):
             secs = floor.kubectl_run(kubeconfig, phases, work, kubectl) if name == "kubectl" else \
                 floor.python_run(kubeconfig, phases, concurrency)
             runs.append((round(secs, 1), requests_since(audit, t, n)))
-        verify(kubeconfig, n)
+        verify(kubeconfig, n, components)
         result["floor_" + name] = {"first_run_s": runs[0][0], "first_run_requests": runs[0][1],
                                    "rerun_s": runs[1][0], "rerun_requests": runs[1][1]}
         result["ratio_first_over_" + name] = round(first_s / runs[0][0], 2)
@@ -229,10 +242,12 @@ def main():
     ap.add_argument("--floor", nargs="*", default=["kubectl", "python"], choices=["kubectl", "python"],
                     help="floors measured on a fresh cluster of the same spec (default: both)")
     ap.add_argument("--concurrency", type=int, default=16, help="writes in flight (playbook and python floor)")
+    ap.add_argument("--components", choices=sorted(COMPONENTS), default="all",
+                    help="all: every component rolled out (default); none: node labels and taints only")
     args = ap.parse_args()
     results = []
     for i, n in enumerate(args.nodes):
-        r = one(n, args.keep and i == len(args.nodes) - 1, args.floor, args.concurrency)
+        r = one(n, args.keep and i == len(args.nodes) - 1, args.floor, args.concurrency, args.components)
         print(json.dumps(r), flush=True)
         results.append(r)
     doc = {
