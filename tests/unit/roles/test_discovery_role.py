@@ -34,6 +34,8 @@ def test_unknown_or_mixed_workload_kinds_are_refused_before_the_gather(tmp_path,
     ("h200", {"gpu_workload": "container"}),
     ("passthrough", {"gpu_workload": "vm-passthrough"}),
     ("no-gpu", {}),                                                          # a CPU node
+    ("no-gpu", {"gpu_workload": None}),                                      # a CPU node (gpu_workload: with no value)
+    ("no-gpu", {"discovery_workload": None}),
     ("no-gpu", {"gpu_workload": "vm-vgpu", "discovery_require_gpu": False}),  # a lab stand-in
 ])
 def test_nodes_that_fit_their_workload_pass_with_one_task(tmp_path, roots, node, extra):
