@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+import yaml
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import floor  # noqa: E402
 
@@ -126,35 +128,70 @@ def run_playbook(env, inventory, log_name, concurrency=16, components="all"):
     return dt, changed, changed_tasks(r.stdout)
 
 
-def verify(kubeconfig, n, components="all"):
+# --mix mixed: products and workload kinds interleaved, 20 nodes a cycle (every kind among the first 10):
+# 10 x 8xH100 and 4 x 8xH200 container nodes (MIG-capable), 2 x 4xL40S container nodes (no MIG), 2 A100
+# vm-passthrough hosts, 1 4xA10 vm-vgpu host, 1 CPU-only node
+MIX_KINDS = {
+    "h100": {"gpu": {"product": "NVIDIA H100 80GB HBM3", "count": 8, "memory_mib": 81559, "mig_capable": True,
+                     "compute_capability": "9.0"}, "workload": "container"},
+    "h200": {"gpu": {"product": "NVIDIA H200", "count": 8, "memory_mib": 143771, "mig_capable": True,
+                     "compute_capability": "9.0"}, "workload": "container"},
+    "l40s": {"gpu": {"product": "NVIDIA L40S", "count": 4, "memory_mib": 46068, "mig_capable": False,
+                     "compute_capability": "8.9"}, "workload": "container"},
+    "a100pt": {"gpu": {"product": "NVIDIA A100 80GB PCIe", "count": 1, "memory_mib": 81920, "mig_capable": True,
+                       "compute_capability": "8.0"}, "workload": "vm-passthrough"},
+    "a10vgpu": {"gpu": {"product": "NVIDIA A10", "count": 4, "memory_mib": 23028, "mig_capable": False,
+                        "compute_capability": "8.6"}, "workload": "vm-vgpu"},
+    "cpu": {},
+}
+MIX_CYCLE = ["h100", "h200", "l40s", "a100pt", "h100", "h200", "a10vgpu", "h100", "cpu", "h100",
+             "h100", "h200", "l40s", "a100pt", "h100", "h200", "h100", "h100", "h100", "h100"]
+
+
+def mix_counts(n, mix):
+    """{kind: nodes} of a spec of n nodes."""
+    if mix == "uniform":
+        return {"h100": n}
+    counts = collections.Counter(MIX_CYCLE[i % len(MIX_CYCLE)] for i in range(n))
+    return {k: counts[k] for k in MIX_KINDS if counts[k]}
+
+
+def container_gpu_nodes(n, mix):
+    counts = mix_counts(n, mix)
+    return sum(c for k, c in counts.items() if MIX_KINDS[k].get("workload") == "container")
+
+
+def verify(kubeconfig, n, components="all", mix="uniform"):
     from kubernetes import client, config
 
     config.load_kube_config(kubeconfig)
     api_client = client.ApiClient()
     api_client.user_agent = "gpuops-bench"  # this script's reads are not the playbook's (client_of)
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    gpu = container_gpu_nodes(n, mix)
+    labelled = core.list_node(label_selector="nvidia.com/gpu.deploy.device-plugin=true").items
+    assert len(labelled) == gpu, (len(labelled), gpu)
     if components == "none":
-        labelled = core.list_node(label_selector="nvidia.com/gpu.deploy.device-plugin=true").items
-        assert len(labelled) == n, len(labelled)
         return
     for ds in DAEMONSETS:
         d = apps.read_namespaced_daemon_set(ds, "gpu-operator")
-        assert d.status.desired_number_scheduled == n == d.status.number_ready, (ds, d.status)
-    labelled = core.list_node(label_selector="nvidia.com/gpu.deploy.device-plugin=true").items
-    assert len(labelled) == n, len(labelled)
+        # NFD's worker runs on every node, the GPU components on the container GPU nodes (the MIG manager on
+        # the MIG-capable ones)
+        want = n if ds == "nfd-worker" else gpu if ds != "nvidia-mig-manager" else \
+            gpu - mix_counts(n, mix).get("l40s", 0)
+        assert d.status.desired_number_scheduled == want == d.status.number_ready, (ds, want, d.status)
     validated = core.list_node(label_selector="nvidia.com/gpu.validated=true").items
-    assert len(validated) == n, len(validated)  # every node's validation Job completed
+    assert len(validated) == gpu, (len(validated), gpu)  # every container GPU node's validation Job completed
 
 
-def fresh_cluster(n, env):
+def fresh_cluster(n, env, mix="uniform"):
     """A new control plane with N KWOK GPU nodes, all Ready; -> (up seconds, ready seconds, core API)."""
     sh([os.path.join(LAB, "down.sh"), "--purge"], env=env)
     os.makedirs(DIR, exist_ok=True)
-    spec = os.path.join(DIR, "..", "bench-spec-%d.yml" % n)
-    with open(os.path.join(LAB, "nodes", "bench.yml.j2")) as f:
-        text = f.read().replace("{{ n }}", str(n))
+    spec = os.path.join(DIR, "..", "bench-spec-%d-%s.yml" % (n, mix))
+    nodes = [dict(MIX_KINDS[kind], name="%s-{i}" % kind, count=count) for kind, count in mix_counts(n, mix).items()]
     with open(spec, "w") as f:
-        f.write(text)
+        yaml.safe_dump({"nodes": nodes}, f)
     t0 = time.time()
     sh([os.path.join(LAB, "up.sh"), spec], env=env)
     up_s = time.time() - t0
@@ -181,7 +218,7 @@ def requests_since(audit, since, n):
             "per_node": {k: round(v / n, 2) for k, v in by_client.items() if k.startswith(("ansible", "floor"))}}
 
 
-def one(n, keep, floors, concurrency, components="all"):
+def one(n, keep, floors, concurrency, components="all", mix="uniform"):
     env = dict(os.environ, GPUOPS_CACHE=CACHE, CLUSTER_DIR=DIR, CLUSTER_PORT_BASE=PORT_BASE, CLUSTER_AUDIT="1",
                PYTHON=os.path.join(ROOT, ".venv", "bin", "python"))
     kubeconfig = os.path.join(DIR, "kubeconfig")
@@ -190,11 +227,11 @@ def one(n, keep, floors, concurrency, components="all"):
     penv = dict(env, ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH", os.path.join(ROOT, ".collections")),
                 ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), K8S_AUTH_KUBECONFIG=kubeconfig,
                 PATH=os.path.join(CACHE, "cluster", "bin") + os.pathsep + os.environ["PATH"])
-    up_s, nodes_ready_s, core = fresh_cluster(n, env)
+    up_s, nodes_ready_s, core = fresh_cluster(n, env, mix)
     start = time.time()
-    tag = "%d%s" % (n, "" if components == "all" else "-" + components)
+    tag = "%d-%s%s" % (n, mix, "" if components == "all" else "-" + components)
     first_s, first_changed, _ = run_playbook(penv, inventory, "first-%s.log" % tag, concurrency, components)
-    verify(kubeconfig, n, components)
+    verify(kubeconfig, n, components, mix)
     first_req = requests_since(audit, start, n)
     phases = floor.capture(kubeconfig, audit, start, client_of, os.path.join(DIR, "..", "floor-objects-%s.json" % tag))
     start2 = time.time()
@@ -203,7 +240,7 @@ def one(n, keep, floors, concurrency, components="all"):
                  if not any(c.type == "Ready" and c.status == "True" for c in x.status.conditions or [])]
     second_req = requests_since(audit, start2, n)
     result = {
-        "nodes": n, "components": components, "cluster_up_s": round(up_s, 1), "nodes_ready_s": round(nodes_ready_s, 1),
+        "nodes": n, "components": components, "mix": mix_counts(n, mix), "cluster_up_s": round(up_s, 1), "nodes_ready_s": round(nodes_ready_s, 1),
         "objects": {k: len(v) for k, v in phases.items()},
         "first_run_s": round(first_s, 1), "first_run_changed_tasks": first_changed,
         "first_run_requests": first_req,
@@ -214,7 +251,7 @@ def one(n, keep, floors, concurrency, components="all"):
     print("partial: " + json.dumps(result), file=sys.stderr, flush=True)  # a 5,000-node run takes an hour
     kubectl = os.path.join(CACHE, "cluster", "bin", "kubectl")
     for name in floors:
-        fresh_cluster(n, env)
+        fresh_cluster(n, env, mix)
         work = os.path.join(DIR, "..", "floor-work")
         os.makedirs(work, exist_ok=True)
         runs = []
@@ -223,7 +260,7 @@ def one(n, keep, floors, concurrency, components="all"):
             secs = floor.kubectl_run(kubeconfig, phases, work, kubectl) if name == "kubectl" else \
                 floor.python_run(kubeconfig, phases, concurrency)
             runs.append((round(secs, 1), requests_since(audit, t, n)))
-        verify(kubeconfig, n, components)
+        verify(kubeconfig, n, components, mix)
         result["floor_" + name] = {"first_run_s": runs[0][0], "first_run_requests": runs[0][1],
                                    "rerun_s": runs[1][0], "rerun_requests": runs[1][1]}
         result["ratio_first_over_" + name] = round(first_s / runs[0][0], 2)
@@ -244,10 +281,12 @@ def main():
     ap.add_argument("--concurrency", type=int, default=16, help="writes in flight (playbook and python floor)")
     ap.add_argument("--components", choices=sorted(COMPONENTS), default="all",
                     help="all: every component rolled out (default); none: node labels and taints only")
+    ap.add_argument("--mix", choices=["mixed", "uniform"], default="mixed",
+                    help="mixed (default): products and workload kinds as MIX_CYCLE; uniform: 8xH100 container nodes")
     args = ap.parse_args()
     results = []
     for i, n in enumerate(args.nodes):
-        r = one(n, args.keep and i == len(args.nodes) - 1, args.floor, args.concurrency, args.components)
+        r = one(n, args.keep and i == len(args.nodes) - 1, args.floor, args.concurrency, args.components, args.mix)
         print(json.dumps(r), flush=True)
         results.append(r)
     doc = {
