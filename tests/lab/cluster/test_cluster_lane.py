@@ -146,7 +146,8 @@ def test_bad_input_refused_before_anything_applied(case, tmp_path, baseline):
         expect = "l40s-0: one GPU workload kind per node"
     elif case == "same-node-twice":
         def twice(h):
-            h["l40s-0-vm"] = dict(h["l40s-0"], gpu_workload="vm-vgpu")
+            # a second inventory host for the same Kubernetes node (the lab names hosts as their nodes)
+            h["l40s-0-vm"] = dict(h["l40s-0"], gpu_workload="vm-vgpu", gpuops_k8s_node_name="l40s-0")
         inv = inventory_variant(tmp_path, case, twice)
         expect = "l40s-0: listed twice"
     elif case == "unknown-mig-strategy":
