@@ -156,9 +156,10 @@ def mix_counts(n, mix):
     return {k: counts[k] for k in MIX_KINDS if counts[k]}
 
 
-def container_gpu_nodes(n, mix):
-    counts = mix_counts(n, mix)
-    return sum(c for k, c in counts.items() if MIX_KINDS[k].get("workload") == "container")
+def container_gpu_nodes(n, mix, mig_capable=None):
+    """Container GPU nodes of the spec (only the MIG-capable ones with ``mig_capable``)."""
+    return sum(c for k, c in mix_counts(n, mix).items() if MIX_KINDS[k].get("workload") == "container"
+               and (mig_capable is None or MIX_KINDS[k]["gpu"]["mig_capable"] == mig_capable))
 
 
 def verify(kubeconfig, n, components="all", mix="uniform"):
@@ -177,8 +178,7 @@ def verify(kubeconfig, n, components="all", mix="uniform"):
         d = apps.read_namespaced_daemon_set(ds, "gpu-operator")
         # NFD's worker runs on every node, the GPU components on the container GPU nodes (the MIG manager on
         # the MIG-capable ones)
-        want = n if ds == "nfd-worker" else gpu if ds != "nvidia-mig-manager" else \
-            gpu - mix_counts(n, mix).get("l40s", 0)
+        want = n if ds == "nfd-worker" else container_gpu_nodes(n, mix, True) if ds == "nvidia-mig-manager" else gpu
         assert d.status.desired_number_scheduled == want == d.status.number_ready, (ds, want, d.status)
     validated = core.list_node(label_selector="nvidia.com/gpu.validated=true").items
     assert len(validated) == gpu, (len(validated), gpu)  # every container GPU node's validation Job completed
