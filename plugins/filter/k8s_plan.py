@@ -3,10 +3,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Controller-side filters that turn inventory into the cluster plan.
 
-Why filters and not a module: the plan is a pure function of inventory data and of what
-the API server returned (``k8s_info``); it touches no host, so it belongs on the
-controller, evaluated once for the whole fleet (a module would cost an AnsiballZ round
-trip and a Python start per call). Every filter raises AnsibleFilterError listing *all*
+The plan is a pure function of inventory data and of what the API server returned; it touches
+no host. The filters evaluate it on the controller, once for the whole fleet (the preflight
+checks every node with them before anything is applied); the ``k8s_node_labels`` module runs
+the same plan (module_utils/_k8s_labels.py) beside its own read of the Nodes, so that a fleet's
+read never travels through the controller. Every filter raises AnsibleFilterError listing *all*
 problems, so a play fails before it applies anything.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import (
     _k8s_device_plugin as dp,
 )
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_jobs as kj
-from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_labels as kl
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels as kl
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
 
@@ -138,13 +139,7 @@ def k8s_node_current(resources, field_manager=None):
     """k8s_info Node resources -> {name: {labels, taints}} (+ owned_labels of ``field_manager``)."""
     if field_manager is not None and not isinstance(field_manager, str):
         raise _Refused("field_manager must be a string, got %r" % (field_manager,))
-    out = {}
-    for r in _k8s_resources(resources, "Node resources"):
-        cur = {"labels": r["metadata"].get("labels") or {}, "taints": (r.get("spec") or {}).get("taints") or []}
-        if field_manager:
-            cur["owned_labels"] = kl.owned_labels(r["metadata"].get("managedFields"), field_manager)
-        out[r["metadata"]["name"]] = cur
-    return out
+    return kl.node_current(_k8s_resources(resources, "Node resources"), field_manager)
 
 
 @_refusing
@@ -277,6 +272,33 @@ def k8s_ready_pod_nodes(pods):
     return sorted(out)
 
 
+_DS_COUNTS = ("desiredNumberScheduled", "currentNumberScheduled", "updatedNumberScheduled", "numberReady")
+
+
+@_refusing
+def k8s_daemonset_ready_nodes(daemonsets, nodes):
+    """A DaemonSet (k8s_info resources: a list of one, or none) and the Nodes its node selector selects ->
+    their sorted names when its status proves a Ready pod of the current template on every one of them,
+    else None (the pods must be read to know which)."""
+    daemonsets = _k8s_resources(daemonsets, "DaemonSet resources")
+    names = sorted({r["metadata"]["name"] for r in _k8s_resources(nodes, "Node resources")})
+    if len(daemonsets) != 1:
+        return None
+    ds = daemonsets[0]
+    status, generation = ds.get("status") or {}, ds["metadata"].get("generation")
+    counts = [status.get(k) for k in _DS_COUNTS]
+    if not all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
+        return None
+    if not isinstance(generation, int) or (status.get("observedGeneration") or 0) < generation:
+        return None  # the controller has not counted the current template yet
+    # the DaemonSet runs one pod per selected node: as many Ready pods of this template as the nodes selected,
+    # and none on nodes it should not be on, is a Ready pod on each (a node it cannot schedule on - a taint it
+    # does not tolerate - makes the counts differ and the pods are read instead)
+    if status.get("numberMisscheduled") or any(c != len(names) for c in counts):
+        return None
+    return names
+
+
 @_refusing
 def k8s_validation_jobs(nodes, prefix, key):
     """Node names -> [{name, node, node_label}] of the per-node validation Jobs (see _k8s_jobs)."""
@@ -346,6 +368,7 @@ class FilterModule:
             "k8s_name_refs": k8s_name_refs,
             "k8s_node_label_objects": k8s_node_label_objects,
             "k8s_ready_pod_nodes": k8s_ready_pod_nodes,
+            "k8s_daemonset_ready_nodes": k8s_daemonset_ready_nodes,
             "k8s_validation_jobs": k8s_validation_jobs,
             "k8s_job_outcomes": k8s_job_outcomes,
             "k8s_named_objects": k8s_named_objects,

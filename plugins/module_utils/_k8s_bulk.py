@@ -218,6 +218,22 @@ def _text(value):
     return json.dumps(value, indent=2, sort_keys=True) + "\n" if value is not None else ""
 
 
+#: the workload kinds whose rollout a wait checks (``rollout_view``)
+ROLLOUT_KINDS = ("DaemonSet", "Deployment")
+
+
+def rollout_view(live):
+    """What a rollout check needs of a DaemonSet or Deployment as the API server showed it: what names it, its
+    generation (and deletion), a Deployment's replicas, and its status."""
+    meta = live.get("metadata") or {}
+    out = {"apiVersion": live.get("apiVersion"), "kind": live.get("kind"),
+           "metadata": {k: meta[k] for k in ("name", "namespace", "generation", "deletionTimestamp") if k in meta},
+           "status": live.get("status") or {}}
+    if "replicas" in (live.get("spec") or {}):
+        out["spec"] = {"replicas": live["spec"]["replicas"]}
+    return out
+
+
 class Applier:
     """Apply ``objects`` with server-side apply.
 
@@ -233,7 +249,7 @@ class Applier:
 
     def run(self, objects):
         check_objects(objects)
-        todo_all, done, reads, skipped, synced = 0, [], 0, [], 0
+        todo_all, done, reads, skipped, synced, kept = 0, [], 0, [], 0, []
         for wave in waves(objects):
             if any(error is not None for *_rest, error in done):
                 # what the failed objects were for (a namespace, a CRD, a ServiceAccount) may not be there:
@@ -257,11 +273,14 @@ class Applier:
                     before = live.get(obj["metadata"]["name"])
                     plan.append((obj, before, in_sync(obj, before, self.manager)))
             todo = [(obj, before) for obj, before, ok in plan if not ok]
+            kept.extend((obj, before) for obj, before, ok in plan if ok)
             todo_all, synced = todo_all + len(todo), synced + len(plan) - len(todo)
             done.extend(self._apply_all(todo))
         result = {"changed": False, "in_sync": synced, "applied": todo_all,
                   "created": [], "updated": [], "unchanged": [], "failed": [],
-                  "requests": {"read": reads, "apply": todo_all}}
+                  "requests": {"read": reads, "apply": todo_all},
+                  "rollouts": [rollout_view(live) for obj, live in kept + [(o, a) for o, _b, a, e in done if e is None]
+                               if obj["kind"] in ROLLOUT_KINDS and live is not None]}
         diffs = []
         for obj, before, after, error in done:
             oid = object_id(obj)

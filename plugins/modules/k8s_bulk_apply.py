@@ -122,6 +122,19 @@ requests:
   description: Requests made, C(read) (one per kind and namespace) and C(apply) (one per object sent).
   type: dict
   returned: always
+rollouts:
+  description:
+    - The DaemonSets and Deployments among O(objects) as the API server last showed them - the apply's answer
+      for one sent, the read for one in sync - cut down to what a rollout check needs (C(apiVersion), C(kind),
+      C(metadata.name), C(metadata.namespace), C(metadata.generation), a Deployment's C(spec.replicas),
+      C(status)); the C(gpuops.nvidia.k8s_rollouts_pending) filter reads them.
+    - A workload just written shows the status of before the write (its controller has not seen the new
+      generation yet), so it reads as pending until it is read again; one in sync shows its current status, so
+      a no-op run knows without another read whether everything is rolled out.
+  type: list
+  elements: dict
+  returned: always
+  version_added: 0.3.0
 """
 
 import json

@@ -15,7 +15,7 @@ import time
 
 import pytest
 import yaml
-from conftest import HERE, INVENTORY, KUBECONFIG, ROOT, ensure_crd, recap_changed
+from conftest import HERE, INVENTORY, KUBECONFIG, ROOT, VARS, ensure_crd, recap_changed
 from conftest import cluster_playbook as playbook
 from kubernetes import client, config
 
@@ -318,6 +318,74 @@ def test_the_queued_apply_finds_the_install_as_wanted():
     after = {d.metadata.name: d.metadata.resource_version
              for d in apps.list_daemon_set_for_all_namespaces(label_selector=MANAGED).items}
     assert after == ds_before
+
+
+NODE_LABELS_PLAY = """
+- hosts: k8s_nodes
+  gather_facts: false
+  tasks:
+    - name: GPU facts of the nodes (from their node roots; the others declare theirs), as cluster.yml gathers them
+      ansible.builtin.include_role: {name: gpuops.nvidia.discovery}
+      when: gpuops_gather_gpu_facts | default(true) | bool
+
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Node labels and taints (the role's one k8s_node_labels run)
+      ansible.builtin.include_role: {name: gpuops.nvidia.node_labels}
+    - name: Keep the module's result for the test
+      ansible.builtin.copy: {dest: "%(out)s", content: "{{ _node_labels_applied | to_json }}", mode: "0600"}
+      check_mode: false
+"""
+
+
+def node_labels_run(tmp_path, name, *extra):
+    """The node_labels role alone (inventory and vars of the lane), and k8s_node_labels' result."""
+    out, play = tmp_path / (name + ".json"), tmp_path / (name + ".yml")
+    play.write_text(NODE_LABELS_PLAY % {"out": out})
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH", os.path.join(ROOT, ".collections")),
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), K8S_AUTH_KUBECONFIG=KUBECONFIG)
+    r = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", INVENTORY, "-e", "@" + VARS,
+                        str(play)] + list(extra), env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+def test_node_labels_module_writes_only_the_nodes_that_differ(tmp_path):
+    """k8s_node_labels against the real API server, on the installed cluster: someone sets h100-0's
+    nvidia.com/gpu.present to false (and adds a label of their own) and strips l40s-0's taints. (A deploy label
+    set to false is not such a change: the operator, and we, honour it as the node's opt-out.) Check mode reads, plans and
+    dry-runs: those two nodes, and only they, are reported with a diff, and nothing changes. The real run writes
+    exactly them back (one LIST, two applies), keeps the other manager's label, and a run after it writes nothing."""
+    core.patch_node("h100-0", {"metadata": {"labels": {"nvidia.com/gpu.present": "false", "example.com/keep": "yes"}}})
+    core.patch_node("l40s-0", {"spec": {"taints": None}})
+    try:
+        checked = node_labels_run(tmp_path, "check", "--check", "--diff")
+        assert checked["changed"] and checked["updated"] == ["Node/h100-0", "Node/l40s-0"], checked
+        assert checked["requests"] == {"read": 1, "apply": 2} and checked["missing"] == []
+        assert checked["in_sync"] == checked["planned"] - 2 == len(ALL) - 2
+        diffs = {d["before_header"]: d for d in checked["diff"]}
+        assert set(diffs) == {"Node/h100-0", "Node/l40s-0"}
+        assert '"nvidia.com/gpu.present": "false"' in diffs["Node/h100-0"]["before"], diffs
+        assert '"nvidia.com/gpu.present": "true"' in diffs["Node/h100-0"]["after"], diffs
+        assert "nvidia.com/gpu" in diffs["Node/l40s-0"]["after"] and "taints" in diffs["Node/l40s-0"]["after"]
+        assert checked["placement"]["dcgm-exporter"] == sorted(CONTAINER_GPU)
+        n = nodes()
+        assert n["h100-0"].metadata.labels["nvidia.com/gpu.present"] == "false"
+        assert not n["l40s-0"].spec.taints
+
+        applied = node_labels_run(tmp_path, "apply")
+        assert applied["updated"] == ["Node/h100-0", "Node/l40s-0"] and applied["requests"] == {"read": 1, "apply": 2}
+        n = nodes()
+        assert n["h100-0"].metadata.labels["nvidia.com/gpu.present"] == "true"
+        assert n["h100-0"].metadata.labels["example.com/keep"] == "yes"  # not ours: kept
+        assert [{"key": t.key, "value": t.value, "effect": t.effect} for t in n["l40s-0"].spec.taints] == GPU_TAINT
+
+        again = node_labels_run(tmp_path, "again")
+        assert not again["changed"] and again["requests"] == {"read": 1, "apply": 0}, again
+        assert again["in_sync"] == len(ALL) and again["placement"] == applied["placement"]
+    finally:
+        core.patch_node("h100-0", {"metadata": {"labels": {"example.com/keep": None}}})
 
 
 BULK_INFO_PLAY = """

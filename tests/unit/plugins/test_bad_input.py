@@ -655,6 +655,11 @@ FILTER_CASES = {
     "k8s_node_label_objects: off a number": (fk.k8s_node_label_objects, (["n"], 5), {}),
     "k8s_node_label_objects: labels a list": (fk.k8s_node_label_objects, (["n"], None, ["a=b"]), {}),
     "k8s_node_label_objects: names of ints": (fk.k8s_node_label_objects, ([5],), {}),
+    "k8s_daemonset_ready_nodes: a mapping": (fk.k8s_daemonset_ready_nodes, ({"items": []}, []), {}),
+    "k8s_daemonset_ready_nodes: status a string": (fk.k8s_daemonset_ready_nodes, (
+        [{"metadata": {"name": "ds"}, "status": "Ready"}], []), {}),
+    "k8s_daemonset_ready_nodes: nodes without names": (fk.k8s_daemonset_ready_nodes, ([], [{"metadata": {}}]), {}),
+    "k8s_daemonset_ready_nodes: nodes a string": (fk.k8s_daemonset_ready_nodes, ([], "gpu-1"), {}),
     "k8s_ready_pod_nodes: a mapping": (fk.k8s_ready_pod_nodes, ({"items": []},), {}),
     "k8s_rollouts_pending: a mapping": (fk.k8s_rollouts_pending, ({"items": []},), {}),
     "k8s_rollouts_pending: status a string": (fk.k8s_rollouts_pending, ([{"metadata": {"name": "a"}, "status": "ok"}],), {}),
@@ -715,7 +720,7 @@ def _module_utils_cases():
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_device_plugin as dp
     from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig
     from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_jobs as kj
-    from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_labels as kl
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels as kl
     return {
         "node_plan: nodes a string": (kl.LabelPlanError, kl.node_plan, ("node1",)),
         "node_plan: current of strings": (kl.LabelPlanError, kl.node_plan, ([{"name": "n"}], {"n": "x"})),

@@ -102,3 +102,31 @@ def test_plan_with_current_carries_the_changes_k8s_node_objects_gives():
     plan = f.k8s_node_plan(inputs, current)
     assert [o["metadata"]["name"] for o in plan["changes"]] == ["a", "c"]
     assert plan["changes"] == f.k8s_node_objects(plan, current)
+
+
+def _ds(generation=2, observed=2, **counts):
+    status = {"observedGeneration": observed, "desiredNumberScheduled": 3, "currentNumberScheduled": 3,
+              "updatedNumberScheduled": 3, "numberReady": 3, "numberMisscheduled": 0}
+    status.update(counts)
+    return [{"metadata": {"name": "nvidia-operator-validator", "generation": generation}, "status": status}]
+
+
+NODES3 = [{"metadata": {"name": n}} for n in ("c", "a", "b")]
+
+
+def test_daemonset_ready_nodes_when_the_status_proves_a_ready_pod_on_every_node():
+    assert f.k8s_daemonset_ready_nodes(_ds(), NODES3) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("ds, nodes", [
+    (_ds(numberReady=2), NODES3),                      # a pod not Ready: which one is known from the pods only
+    (_ds(updatedNumberScheduled=2), NODES3),           # a pod of the old template
+    (_ds(generation=3), NODES3),                       # the controller has not seen the current spec
+    (_ds(numberMisscheduled=1), NODES3),               # a pod where it should not be
+    (_ds(), NODES3 + [{"metadata": {"name": "d"}}]),   # a selected node it cannot schedule on (a taint)
+    ([], NODES3),                                      # no DaemonSet
+    (_ds() + _ds(), NODES3),                           # not one DaemonSet
+    ([{"metadata": {"name": "x", "generation": 1}, "status": {}}], []),  # no status yet
+])
+def test_daemonset_ready_nodes_is_none_when_the_pods_must_be_read(ds, nodes):
+    assert f.k8s_daemonset_ready_nodes(ds, nodes) is None

@@ -396,3 +396,49 @@ def test_only_the_managed_fields_of_the_managers_asked_are_kept():
     q = kb.check_queries({"n": {"kind": "Node", "field_managers": ["gpuops-node-labels"]}})
     out = kb.read_all(q, lambda query: (True, [node]))
     assert [m["manager"] for m in out["n"]["resources"][0]["metadata"]["managedFields"]] == ["gpuops-node-labels"]
+
+
+# --- what a rollout check needs, from the apply's own read or answer ---
+
+def daemonset(name, generation, observed, ready, desired=4):
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": name, "namespace": "gpu-operator", "generation": generation},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i:1"}]}}},
+            "status": {"observedGeneration": observed, "desiredNumberScheduled": desired,
+                       "updatedNumberScheduled": ready, "numberReady": ready}}
+
+
+def test_rollouts_come_from_the_read_when_in_sync_and_from_the_answer_when_written():
+    server = Server()
+    want = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "dp", "namespace": "gpu-operator"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i:1"}]}}}}
+    server.put(want, manager="gpuops")
+    live = server.objects[("DaemonSet", "gpu-operator", "dp")]  # what the controller added since
+    live["metadata"]["generation"], live["status"] = 3, daemonset("dp", 3, 3, 4)["status"]
+    server.put({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "gpu-operator"}})
+    result = run(server, [want, {"apiVersion": "v1", "kind": "ConfigMap",
+                                 "metadata": {"name": "cm", "namespace": "gpu-operator"}, "data": {"a": "1"}}])[0]
+    # the DaemonSet was in sync: its status as read, cut down to what the check needs; the ConfigMap is no workload
+    assert result["in_sync"] == 1 and result["rollouts"] == [{
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "dp", "namespace": "gpu-operator", "generation": 3},
+        "status": {"observedGeneration": 3, "desiredNumberScheduled": 4, "updatedNumberScheduled": 4,
+                   "numberReady": 4}}]
+    # a new image: written, and the answer is what comes back (the model's answer carries the old status)
+    changed = copy.deepcopy(want)
+    changed["spec"]["template"]["spec"]["containers"][0]["image"] = "i:2"
+    result = run(server, [changed])[0]
+    assert result["updated"] == ["DaemonSet/gpu-operator/dp"]
+    assert [r["metadata"]["name"] for r in result["rollouts"]] == ["dp"]
+    assert result["rollouts"][0]["status"]["heartbeat"] == len(server.writes)  # the write's answer, not the read
+
+
+def test_a_deployment_keeps_its_replicas_and_nodes_give_no_rollouts():
+    live = {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "namespace": "n", "generation": 2, "uid": "u", "managedFields": []},
+            "spec": {"replicas": 2, "template": {}}, "status": {"observedGeneration": 2}}
+    assert kb.rollout_view(live) == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                     "metadata": {"name": "d", "namespace": "n", "generation": 2},
+                                     "spec": {"replicas": 2}, "status": {"observedGeneration": 2}}
+    server = Server()
+    assert run(server, [node("n1", {"a": "1"})])[0]["rollouts"] == []

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_labels as kl
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels as kl
 
 H200 = {"product": "NVIDIA H200", "count": 8, "memory_mib": 143771, "mig_capable": True,
         "compute_capability": "9.0"}

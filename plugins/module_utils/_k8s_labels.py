@@ -304,6 +304,20 @@ def owned_labels(managed_fields, manager):
     return keys
 
 
+def node_current(nodes, field_manager=None):
+    """Node objects as the API server returns them -> ``{name: {labels, taints}}``, with ``owned_labels``
+    (the label keys ``field_manager`` last applied) when a field manager is given: what ``node_plan`` and
+    ``in_sync`` compare with."""
+    out = {}
+    for node in nodes:
+        meta = node["metadata"]
+        cur = {"labels": meta.get("labels") or {}, "taints": (node.get("spec") or {}).get("taints") or []}
+        if field_manager:
+            cur["owned_labels"] = owned_labels(meta.get("managedFields"), field_manager)
+        out[meta["name"]] = cur
+    return out
+
+
 def in_sync(node, have):
     """Does applying ``node`` (a plan entry) change nothing?
 
