@@ -212,11 +212,8 @@ def main():
 
     def check():
         applier = Applier(None, None, p["field_manager"], p["concurrency"])
-        names = [n.get("name") for n in p["nodes"]]
-        twice = sorted({n for n in names if isinstance(n, str) and names.count(n) > 1})
-        if twice:
-            raise InputError("nodes: the same node twice: %s" % ", ".join(twice))
-        plan_or_refuse(p["nodes"], None, options)  # every node's input, before any request
+        # every node's input (a node listed twice included), before any request
+        plan_or_refuse(p["nodes"], None, options)
         return applier
 
     applier, dyn = connect(module, check, p["concurrency"])

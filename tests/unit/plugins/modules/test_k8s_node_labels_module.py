@@ -19,7 +19,7 @@ def run(capsys, tmp_path, **args):
 
 
 @pytest.mark.parametrize("args, words", [
-    ({"nodes": [{"name": "a", "gpu": GPU}, {"name": "a", "gpu": GPU}]}, ["the same node twice: a"]),
+    ({"nodes": [{"name": "a", "gpu": GPU}, {"name": "a", "gpu": GPU}]}, ["invalid GPU node inventory", "a: listed twice"]),
     ({"nodes": [{"name": "a", "gpu": GPU, "workload": ["container", "vm-passthrough"]},
                 {"name": "b", "gpu": GPU, "workload": "vm-gpu"}]},
      ["invalid GPU node inventory", "a: one GPU workload kind per node", "b: unknown GPU workload kind 'vm-gpu'"]),
