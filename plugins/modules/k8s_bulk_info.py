@@ -56,6 +56,51 @@ options:
     description: Reads in flight at once (1-256).
     type: int
     default: 16
+  wait:
+    description:
+      - Read again and again, in this one module run, until every object of the waited queries is done, and
+        return the last read. Without it the queries are read once.
+      - The pause between reads is O(wait.interval), or twice as long as the last read took when that is longer
+        (a busy API server is asked at most a third of the time). An C(until) loop around the task instead
+        would start the module and the C(kubernetes) library again for every read.
+      - When O(wait.timeout) seconds go by first, the task fails, naming what is not done, with the last read
+        in C(reads).
+    type: dict
+    suboptions:
+      condition:
+        description:
+          - C(rolled_out) - every DaemonSet and Deployment read has its current spec seen by its controller
+            (C(observedGeneration)) and every pod it wants updated and Ready (available, for a Deployment);
+            objects of other kinds and objects being deleted count as done. What the
+            C(gpuops.nvidia.k8s_rollouts_pending) filter checks.
+          - C(finished) - every Job read is complete or failed (its C(Complete)/C(SuccessCriteriaMet) or
+            C(Failed)/C(FailureTarget) condition); objects of other kinds count as done. A failed Job ends the
+            wait as a complete one does; telling them apart is the caller's (C(gpuops.nvidia.k8s_job_outcomes)).
+        type: str
+        required: true
+        choices: [rolled_out, finished]
+      queries:
+        description:
+          - The queries whose objects are waited for (the others are read along); default all.
+          - A waited query with C(fields) keeps the fields the condition reads as well (C(rolled_out) -
+            C(metadata.generation), C(metadata.deletionTimestamp), C(spec.replicas), C(status); C(finished) -
+            C(status.conditions)).
+        type: list
+        elements: str
+      names:
+        description:
+          - Only the objects of these names are waited for, and each must be among those read (one not there
+            yet is not done). Without it every object read counts and none is required.
+        type: list
+        elements: str
+      timeout:
+        description: Seconds to wait at most.
+        type: float
+        default: 600
+      interval:
+        description: Seconds between the start of one read and the next, at least.
+        type: float
+        default: 1
 notes:
   - A named object that does not exist is an empty C(resources) list; a kind the API server does not serve (a CRD
     not installed) is C(api_found=false) with an empty list, as C(kubernetes.core.k8s_info) answers.
@@ -76,6 +121,20 @@ EXAMPLES = r"""
          | gpuops.nvidia.k8s_rollouts_pending | length == 0
   retries: 150
   delay: 2
+
+- name: The same wait in one module run (one read a second, the task ends as soon as all are rolled out)
+  gpuops.nvidia.k8s_bulk_info:
+    queries:
+      daemonsets: {api_version: apps/v1, kind: DaemonSet, label_selectors: [app.kubernetes.io/managed-by=gpuops.nvidia]}
+      deployments: {api_version: apps/v1, kind: Deployment, label_selectors: [app.kubernetes.io/managed-by=gpuops.nvidia]}
+    wait: {condition: rolled_out, timeout: 300}
+
+- name: Wait for two Jobs by name, reading the nodes along at every poll
+  gpuops.nvidia.k8s_bulk_info:
+    queries:
+      jobs: {api_version: batch/v1, kind: Job, namespace: gpu-operator, fields: [status.conditions]}
+      nodes: {kind: Node, fields: [metadata.labels]}
+    wait: {condition: finished, queries: [jobs], names: [validate-node-a, validate-node-b], timeout: 120}
 
 - name: The nodes' allocatable GPUs and the validation Jobs' conditions (only those fields come back)
   gpuops.nvidia.k8s_bulk_info:
@@ -101,9 +160,24 @@ reads:
   returned: always
   sample: {crd: {resources: [], api_found: true}}
 requests:
-  description: Read requests made (one per query whose kind is served).
+  description: Read requests made (one per query whose kind is served, per read with O(wait)).
   type: int
   returned: always
+pending:
+  description: With O(wait), what was not done at the last read (C(Kind/namespace/name) and why); empty unless the
+    wait timed out.
+  type: list
+  elements: str
+  returned: when O(wait) is given
+  sample: ["DaemonSet/gpu-operator/nvidia-device-plugin-daemonset: 7 ready of 10"]
+polls:
+  description: With O(wait), how many times the queries were read.
+  type: int
+  returned: when O(wait) is given
+waited:
+  description: With O(wait), seconds from the first read to the end of the last one.
+  type: float
+  returned: when O(wait) is given
 """
 
 import json
@@ -112,6 +186,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import check_concurrency, check_queries, read_all
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import api_error, connect, connection_spec
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_wait import check_wait, wait_for
 
 try:
     from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
@@ -123,6 +198,13 @@ def argument_spec():
     spec = dict(
         queries=dict(type="dict", required=True),
         concurrency=dict(type="int", default=16),
+        wait=dict(type="dict", options=dict(
+            condition=dict(type="str", required=True, choices=["rolled_out", "finished"]),
+            queries=dict(type="list", elements="str"),
+            names=dict(type="list", elements="str"),
+            timeout=dict(type="float", default=600),
+            interval=dict(type="float", default=1),
+        )),
     )
     spec.update(connection_spec())
     return spec
@@ -134,9 +216,10 @@ def main():
 
     def check():
         check_concurrency(p["concurrency"])
-        return check_queries(p["queries"])
+        queries = check_queries(p["queries"])
+        return queries, (check_wait(p["wait"], queries) if p["wait"] is not None else None)
 
-    queries, dyn = connect(module, check, p["concurrency"])
+    (queries, wait), dyn = connect(module, check, p["concurrency"])
 
     # discovery first, in this thread (the library's discovery cache is not shared safely between threads);
     # a kind not found is looked up once more with fresh discovery (a CRD installed since the cache was written)
@@ -189,13 +272,21 @@ def main():
         except Exception as exc:  # pylint: disable=broad-except
             raise HostError("cannot read %s%s: %s" % (query["kind"], " in " + ns if ns else "", api_error(exc)))
 
+    # one request per query whose kind is served, per read
+    per_read = sum(1 for q in queries.values() if resources[(q["api_version"], q["kind"])] is not None)
     try:
-        results = read_all(queries, read, p["concurrency"])
+        if wait is None:
+            module.exit_json(changed=False, reads=read_all(queries, read, p["concurrency"]), requests=per_read)
+        results, pending, polls, waited = wait_for(lambda: read_all(queries, read, p["concurrency"]), wait)
     except GpuopsError as exc:
         fail(module, exc)
-    # one request per query whose kind is served
-    requests = sum(1 for q in queries.values() if resources[(q["api_version"], q["kind"])] is not None)
-    module.exit_json(changed=False, reads=results, requests=requests)
+    out = dict(changed=False, reads=results, requests=per_read * polls, pending=pending, polls=polls,
+               waited=round(waited, 1))
+    if pending:
+        module.fail_json(msg="not %s in %g s: %s%s" % (
+            "rolled out" if wait["condition"] == "rolled_out" else "finished", wait["timeout"],
+            "; ".join(pending[:20]), " and %d more" % (len(pending) - 20) if len(pending) > 20 else ""), **out)
+    module.exit_json(**out)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import hashlib
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+# what a Job's and a rollout's state is: shared with the modules that wait in their own run
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_wait import job_state, rollouts_pending  # noqa: F401
 
 NAME_MAX = 63
 NODE_LABEL = "gpuops.nvidia/node"
@@ -103,21 +105,6 @@ def jobs(nodes, prefix, key):
     return out
 
 
-def job_state(job):
-    """A Job resource (dict) -> 'complete' | 'failed' | 'running'."""
-    conds = (job.get("status") or {}).get("conditions") or []
-    if not isinstance(conds, list) or not all(isinstance(c, dict) for c in conds):
-        raise JobsInputError("Job {}: status.conditions must be a list of mappings, got {!r}"
-                             .format((job.get("metadata") or {}).get("name"), conds))
-    for c in conds:
-        if c.get("status") == "True" and c.get("type") in ("Complete", "SuccessCriteriaMet"):
-            return "complete"
-    for c in conds:
-        if c.get("status") == "True" and c.get("type") in ("Failed", "FailureTarget"):
-            return "failed"
-    return "running"
-
-
 def outcomes(resources, wanted):
     """Job resources + wanted Job names -> {complete: [nodes], failed: [nodes], running: [nodes],
     stale: [job names not wanted], missing: [wanted job names not found]}; node names come
@@ -160,29 +147,3 @@ def split_by_gpu_allocatable(nodes):
     for n in _resources(nodes, "Node resources"):
         (with_gpus if gpu_allocatable(n) > 0 else without).append(n["metadata"]["name"])
     return sorted(with_gpus), sorted(without)
-
-
-def rollouts_pending(workloads):
-    """DaemonSets and Deployments (API objects) -> 'Kind/namespace/name: why' for each not rolled out.
-
-    Rolled out: the controller has seen the current spec (observedGeneration), and every pod it wants is
-    updated and Ready (DaemonSet: desired/updated/ready; Deployment: replicas/updated/available)."""
-    out = []
-    for w in workloads:
-        meta, status, kind = w.get("metadata") or {}, w.get("status") or {}, w.get("kind") or "DaemonSet"
-        name = "%s/%s/%s" % (kind, meta.get("namespace", ""), meta.get("name"))
-        if meta.get("deletionTimestamp"):
-            continue
-        if (status.get("observedGeneration") or 0) < (meta.get("generation") or 0):
-            out.append("%s: spec not yet seen by its controller" % name)
-            continue
-        if kind == "Deployment":
-            want = (w.get("spec") or {}).get("replicas", 1)
-            have = {"updated": status.get("updatedReplicas") or 0, "available": status.get("availableReplicas") or 0}
-        else:
-            want = status.get("desiredNumberScheduled") or 0
-            have = {"updated": status.get("updatedNumberScheduled") or 0, "ready": status.get("numberReady") or 0}
-        short = {k: v for k, v in have.items() if v < want}
-        if short:
-            out.append("%s: %s of %d" % (name, ", ".join("%d %s" % (v, k) for k, v in short.items()), want))
-    return out
