@@ -27,6 +27,7 @@ from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_jobs as 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels as kl
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_wait import rollouts_pending
 
 
 # -- input checks: wrong types end in AnsibleFilterError naming the filter and the value ----------------
@@ -337,7 +338,7 @@ def k8s_job_outcomes(resources, wanted):
 @_refusing
 def k8s_rollouts_pending(workloads):
     """k8s_info DaemonSet/Deployment resources -> ['Kind/ns/name: why'] of those not rolled out yet."""
-    return kj.rollouts_pending(_k8s_resources(workloads, "DaemonSet/Deployment resources"))
+    return rollouts_pending(_k8s_resources(workloads, "DaemonSet/Deployment resources"))
 
 
 @_refusing

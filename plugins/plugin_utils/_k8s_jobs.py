@@ -19,8 +19,8 @@ import hashlib
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
-# what a Job's and a rollout's state is: shared with the modules that wait in their own run
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_wait import job_state, rollouts_pending  # noqa: F401
+# what a Job's state is: shared with the modules that wait in their own run (k8s_bulk_info's wait)
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_wait import job_state
 
 NAME_MAX = 63
 NODE_LABEL = "gpuops.nvidia/node"

@@ -55,7 +55,7 @@ def test_job_state_reads_the_conditions():
 
 
 def test_pending_finished_with_names_counts_only_those_and_requires_each():
-    wait, _ = checked(condition="finished", queries=["jobs"], names=["a", "b", "c"])
+    wait, _queries = checked(condition="finished", queries=["jobs"], names=["a", "b", "c"])
     reads = {"jobs": {"resources": [job("a", ("Complete", "True")), job("b"), job("stale")]},
              "ds": {"resources": [ds("x", ready=0)]}}  # read along, not waited for
     assert kw.pending(reads, wait) == ["c: not found", "Job/gpu-operator/b: running"]
@@ -65,7 +65,7 @@ def test_pending_finished_with_names_counts_only_those_and_requires_each():
 
 
 def test_pending_without_names_waits_for_every_object_read():
-    wait, _ = checked(condition="rolled_out")
+    wait, _queries = checked(condition="rolled_out")
     reads = {"jobs": {"resources": [job("j")]},  # not a workload: done as far as a rollout goes
              "ds": {"resources": [ds("a"), ds("b", updated=2, ready=1)]}}
     assert kw.pending(reads, wait) == ["DaemonSet/gpu-operator/b: 2 updated, 1 ready of 3"]
@@ -77,7 +77,7 @@ def test_check_wait_keeps_the_fields_the_condition_reads():
     assert wait == {"condition": "finished", "queries": ["jobs"], "names": None, "timeout": 600, "interval": 1}
     assert queries["jobs"]["fields"] == ["metadata.annotations", "status.conditions"]
     assert queries["ds"]["fields"] is None  # whole objects stay whole
-    _, queries = checked(condition="rolled_out", queries=["jobs"])
+    _wait, queries = checked(condition="rolled_out", queries=["jobs"])
     assert queries["jobs"]["fields"] == ["metadata.annotations", "metadata.generation",
                                          "metadata.deletionTimestamp", "spec.replicas", "status"]
 
@@ -127,7 +127,7 @@ def reader(clock, answers):
 
 def test_wait_returns_at_the_first_read_that_shows_everything_done():
     c = Clock(read_s=0.1)
-    wait, _ = checked(condition="rolled_out", queries=["ds"], interval=1)
+    wait, _queries = checked(condition="rolled_out", queries=["ds"], interval=1)
     reads, left, polls, waited = kw.wait_for(reader(c, [[ds("a")]]), wait, c.clock, c.sleep)
     assert (left, polls, c.sleeps) == ([], 1, [])
     assert reads["ds"]["resources"][0]["metadata"]["name"] == "a"
@@ -136,25 +136,25 @@ def test_wait_returns_at_the_first_read_that_shows_everything_done():
 
 def test_wait_polls_every_interval_until_done():
     c = Clock(read_s=0.1)
-    wait, _ = checked(condition="rolled_out", queries=["ds"], interval=1)
+    wait, _queries = checked(condition="rolled_out", queries=["ds"], interval=1)
     answers = [[ds("a", ready=0)], [ds("a", ready=1)], [ds("a", ready=2)], [ds("a")]]
-    _, left, polls, waited = kw.wait_for(reader(c, answers), wait, c.clock, c.sleep)
+    _reads, left, polls, waited = kw.wait_for(reader(c, answers), wait, c.clock, c.sleep)
     assert (left, polls, c.sleeps) == ([], 4, [1, 1, 1])
     assert waited == pytest.approx(3.4)
 
 
 def test_a_slow_read_stretches_the_pause_to_twice_its_length():
     c = Clock(read_s=2.0)  # the API server takes 2 s to answer: ask again after 4, not 1
-    wait, _ = checked(condition="rolled_out", queries=["ds"], interval=1)
-    _, left, polls, _ = kw.wait_for(reader(c, [[ds("a", ready=0)], [ds("a", ready=0)], [ds("a")]]), wait, c.clock,
-                                    c.sleep)
+    wait, _queries = checked(condition="rolled_out", queries=["ds"], interval=1)
+    read = reader(c, [[ds("a", ready=0)], [ds("a", ready=0)], [ds("a")]])
+    _reads, left, polls, _waited = kw.wait_for(read, wait, c.clock, c.sleep)
     assert (left, polls, c.sleeps) == ([], 3, [4, 4])
 
 
 def test_wait_times_out_with_what_is_pending_after_a_last_read_at_the_deadline():
     c = Clock(read_s=0.0)
-    wait, _ = checked(condition="rolled_out", queries=["ds"], interval=2, timeout=5)
-    _, left, polls, waited = kw.wait_for(reader(c, [[ds("a", ready=1)]]), wait, c.clock, c.sleep)
+    wait, _queries = checked(condition="rolled_out", queries=["ds"], interval=2, timeout=5)
+    _reads, left, polls, waited = kw.wait_for(reader(c, [[ds("a", ready=1)]]), wait, c.clock, c.sleep)
     assert left == ["DaemonSet/gpu-operator/a: 1 ready of 3"]
     # reads at 0, 2, 4 and 5 (the deadline), never past it
     assert (polls, c.sleeps, waited) == (4, [2, 2, 1], 5)
@@ -162,7 +162,7 @@ def test_wait_times_out_with_what_is_pending_after_a_last_read_at_the_deadline()
 
 def test_a_failed_read_ends_the_wait_with_its_error():
     c = Clock()
-    wait, _ = checked(condition="finished")
+    wait, _queries = checked(condition="finished")
 
     def read():
         raise InputError("cannot read Job in gpu-operator: 403 forbidden")
