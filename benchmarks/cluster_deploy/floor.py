@@ -28,6 +28,7 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, ".collections"))
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_bulk as kb  # noqa: E402
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_wait as kw  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _k8s_jobs as kj  # noqa: E402
 
 MANAGERS = ("gpuops-nvidia", "gpuops-nvidia-validator")
@@ -123,7 +124,7 @@ def wait_rollouts(kubeconfig, timeout=5400):
             for w in api.sanitize_for_serialization(lister(label_selector="app.kubernetes.io/managed-by=gpuops.nvidia"))["items"]:
                 w["kind"] = kind
                 items.append(w)
-        if items and not kj.rollouts_pending(items):
+        if items and not kw.rollouts_pending(items):
             return
         time.sleep(1)
     raise SystemExit("floor: rollouts not done in %ds" % timeout)
