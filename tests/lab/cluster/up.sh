@@ -100,6 +100,7 @@ wait_for() {  # wait_for <what> <seconds> <cmd...>
 }
 
 kwok_config() {
+    [[ $KWOK_PARALLELISM =~ ^[1-9][0-9]{0,3}$ ]] || die "KWOK_PARALLELISM must be a whole number from 1 to 9999, got '$KWOK_PARALLELISM'"
     local src=$GOMODCACHE/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage
     [[ -d $src ]] || (cd "$CACHE/cluster" && GOTOOLCHAIN=local go mod download "sigs.k8s.io/kwok@$KWOK_VERSION")
     {
