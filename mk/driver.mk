@@ -15,4 +15,5 @@ test-driver-replay: install ## driver: H200 check-mode playbook against the repl
 test-driver: install ## driver lane: native chroot install with a real DKMS build, the built root booted in qemu, absent
 	BIN=$(BIN) GPUOPS_CACHE=$(GPUOPS_CACHE) tests/lab/driver/native.sh
 
-EXTRA_TEST_TARGETS += test-driver-replay test-driver
+EXTRA_TEST_TARGETS += test-driver-replay
+BESIDE_TEST_TARGETS += test-driver

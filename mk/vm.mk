@@ -21,15 +21,15 @@ vm-up: vm-image ## boot the lab VM "gpuvm" and write .lab/vm/hosts.yml (group vm
 vm-down: ## stop the lab VM "gpuvm" (logs stay under .lab/vm/)
 	$(VM_LANE)/stop.sh gpuvm
 
-# molecule's prerun installs the collection under test into ~/.ansible/collections; a copy left there
-# shadows .collections for later tools (ansible-lint then reads an old copy), so the lane removes it
-MOLECULE_PRERUN_COPY := $(HOME)/.ansible/collections/ansible_collections/gpuops/nvidia
+# molecule's prerun is off (molecule/vfio/molecule.yml): it would install the collection under test into
+# ~/.ansible/collections, where a copy shadows .collections for tools of lanes running beside this one;
+# the scenario reads the installed tarball from ANSIBLE_COLLECTIONS_PATH (.collections) instead
 
 test-vm: install vm-image ## VM lane: molecule scenario vfio (real kernel, IOMMU, GRUB, vfio-pci)
 	@start=$$(date +%s); \
 	export VM_RUN_ID=test-vm-$$$$; \
-	trap '$(VM_LANE)/stop.sh --all; rm -rf $(MOLECULE_PRERUN_COPY)' EXIT INT TERM; \
+	trap '$(VM_LANE)/stop.sh --all' EXIT INT TERM; \
 	$(BIN)/molecule test -s vfio; \
 	echo "test-vm: $$(( $$(date +%s) - start )) s"
 
-EXTRA_TEST_TARGETS += test-vm
+BESIDE_TEST_TARGETS += test-vm

@@ -10,6 +10,6 @@ done
 [ "$(id -u)" = 0 ] || die "need root to apt-get install: ${missing[*]}"
 log "installing ${missing[*]}"
 if [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*_Packages*' -mmin -1440 2>/dev/null | head -1)" ]; then
-  apt-get update -q >/dev/null || log "apt-get update reported errors (continuing)"
+  apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null || log "apt-get update reported errors (continuing)"
 fi
-DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends "${missing[@]}" >/dev/null
