@@ -29,7 +29,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 COLLECTION_SRC := $(shell find galaxy.yml README.md meta plugins roles playbooks docs changelogs tests/unit tests/fixtures tests/integration tests/sanity -type f -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: help venv build install test test-unit test-sanity test-integration lab bench clean distclean
+.PHONY: help venv build install test test-queues test-unit test-sanity test-integration lab bench clean distclean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -56,28 +56,37 @@ $(COLL_DIR)/MANIFEST.json: $(TARBALL)
 	@echo "installed $(TARBALL) into $(COLLECTIONS) and $(AT_COLLECTIONS)"
 
 # `make test` runs two queues after the unit tests: the lanes whose time is one qemu TCG guest (one core,
-# BESIDE_TEST_TARGETS: the driver lane's boot, the VM lane) beside all the others, so the second core is not
+# BESIDE_TEST_TARGETS: the native driver lane, the VM lane) beside all the others, so the second core is not
 # idle for their ~20 minutes.  Lanes never share state that the other queue writes (VMs are scoped by
-# VM_RUN_ID, apt waits for dpkg's lock, the driver lane installs its own copy of the collection).  The beside
-# queue's lines carry a "[beside] " prefix; both queues always run to their end, and `make test` fails if either
-# failed.  TEST_BESIDE=0 runs every lane in one queue, in order.
+# VM_RUN_ID, apt waits for dpkg's lock, the driver lane installs its own copy of the collection, molecule's
+# prerun is off).  The beside queue writes to $(BESIDE_LOG), printed after the other queue's output so that
+# neither splits the other's lines; both queues always run to their end and `make test` fails if either did.
+# TEST_BESIDE=0 runs every lane in one queue, in order.
 TEST_BESIDE ?= 1
+BESIDE_LOG  ?= $(ROOT)/.lab/test-beside.log
 test: ## everything CI runs
 	$(MAKE) test-unit
 ifeq ($(TEST_BESIDE),1)
 	$(MAKE) vm-deps
-	@t0=$$(date +%s); \
-	( $(MAKE) $(BESIDE_TEST_TARGETS) 2>&1 | sed -u 's/^/[beside] /' ) & beside=$$!; \
-	trap 'kill $$beside 2>/dev/null' INT TERM; \
-	rc=0; $(MAKE) test-sanity test-integration $(EXTRA_TEST_TARGETS) || rc=$$?; \
-	t1=$$(date +%s); rcb=0; wait $$beside || rcb=$$?; \
-	echo "test: main queue rc=$$rc in $$((t1 - t0)) s; beside queue ($(strip $(BESIDE_TEST_TARGETS))) rc=$$rcb; both done in $$(( $$(date +%s) - t0 )) s"; \
-	[ "$$rc" = 0 ] && [ "$$rcb" = 0 ]
+	$(MAKE) test-queues MAIN_LANES="test-sanity test-integration $(strip $(EXTRA_TEST_TARGETS))" \
+	  BESIDE_LANES="$(strip $(BESIDE_TEST_TARGETS))"
 else
 	$(MAKE) test-sanity
 	$(MAKE) test-integration
 	$(MAKE) $(EXTRA_TEST_TARGETS) $(BESIDE_TEST_TARGETS)
 endif
+
+# MAIN_LANES in order, and BESIDE_LANES in order at the same time (output to $(BESIDE_LOG), shown at the end)
+test-queues:
+	@mkdir -p $(dir $(BESIDE_LOG)); t0=$$(date +%s); \
+	echo "test: $(BESIDE_LANES) run beside the other lanes; their output follows at the end (live: $(BESIDE_LOG))"; \
+	( rc=0; $(MAKE) $(BESIDE_LANES) >$(BESIDE_LOG) 2>&1 || rc=$$?; echo "beside queue done in $$(( $$(date +%s) - t0 )) s, rc=$$rc" >>$(BESIDE_LOG); exit $$rc ) & \
+	beside=$$!; trap 'kill $$beside 2>/dev/null' INT TERM; \
+	rc=0; $(MAKE) $(MAIN_LANES) || rc=$$?; \
+	t1=$$(date +%s); rcb=0; wait $$beside || rcb=$$?; \
+	sed 's/^/[beside] /' $(BESIDE_LOG); \
+	echo "test: main queue ($(MAIN_LANES)) rc=$$rc in $$((t1 - t0)) s; beside queue ($(BESIDE_LANES)) rc=$$rcb; both done in $$(( $$(date +%s) - t0 )) s"; \
+	[ "$$rc" = 0 ] && [ "$$rcb" = 0 ]
 
 test-unit: install ## unit tests over captured and synthetic node data (the installed tarball)
 	GPUOPS_COLLECTIONS=$(COLLECTIONS) $(BIN)/pytest -q -n auto tests/unit
