@@ -55,11 +55,13 @@ $(COLL_DIR)/MANIFEST.json: $(TARBALL)
 	$(BIN)/ansible-galaxy collection install --force --no-deps -p $(AT_COLLECTIONS) $(TARBALL) >/dev/null
 	@echo "installed $(TARBALL) into $(COLLECTIONS) and $(AT_COLLECTIONS)"
 
-# `make test` runs two queues after the unit tests: the lanes whose time is one qemu TCG guest (one core,
-# BESIDE_TEST_TARGETS: the native driver lane, the VM lane) beside all the others, so the second core is not
-# idle for their ~20 minutes.  Lanes never share state that the other queue writes (VMs are scoped by
-# VM_RUN_ID, apt waits for dpkg's lock, the driver lane installs its own copy of the collection, molecule's
-# prerun is off).  The beside queue writes to $(BESIDE_LOG), printed after the other queue's output so that
+# `make test` runs two queues after the unit tests.  BESIDE_TEST_TARGETS (the native driver lane, the GPU bundle,
+# the runtime lane, the VM lane) keep about one core busy: a qemu TCG guest, one daemon at a time -- or, on a
+# fresh machine, Go builds that then overlap the main queue's single-core lanes; the main queue (sanity,
+# integration, AWX, cluster, driver replay, faults, galaxy, newest-core sanity) runs beside them, so neither core
+# idles.  Lanes never share state that the other queue writes (VMs are scoped by VM_RUN_ID, apt waits for dpkg's
+# lock, daemons run in private directories, the driver lane installs its own copy of the collection, molecule's
+# prerun is off).  The beside queue writes to $(BESIDE_LOG), printed after the main queue's output so that
 # neither splits the other's lines; both queues always run to their end and `make test` fails if either did.
 # TEST_BESIDE=0 runs every lane in one queue, in order.
 TEST_BESIDE ?= 1

@@ -16,4 +16,4 @@ test-gpu: ## run ON the GPU machine: the GPU node lane (needs .gpu-bundle and .c
 
 test-gpu-bundle: gpu-bundle ## CI: the bundle builds from a fresh clone and every carried binary runs here
 	bash tests/lab/gpu/check-bundle.sh
-EXTRA_TEST_TARGETS += test-gpu-bundle
+BESIDE_TEST_TARGETS += test-gpu-bundle

@@ -75,4 +75,4 @@ bench-runtime: install runtime-deps runtime-nvidia-ctk ## module time per config
 	$(PY) benchmarks/runtime/run.py --nvidia-ctk $(NVIDIA_CTK_BIN) --containerd2 $(CONTAINERD2_BIN)/containerd \
 	  --out benchmarks/runtime/results-local.json
 
-EXTRA_TEST_TARGETS += test-runtime
+BESIDE_TEST_TARGETS += test-runtime
