@@ -218,7 +218,7 @@ def requests_since(audit, since, n):
             "per_node": {k: round(v / n, 2) for k, v in by_client.items() if k.startswith(("ansible", "floor"))}}
 
 
-def one(n, keep, floors, concurrency, components="all", mix="uniform"):
+def one(n, keep, floors, concurrency, components="all", mix="uniform", floor_only=False):
     env = dict(os.environ, GPUOPS_CACHE=CACHE, CLUSTER_DIR=DIR, CLUSTER_PORT_BASE=PORT_BASE, CLUSTER_AUDIT="1",
                PYTHON=os.path.join(ROOT, ".venv", "bin", "python"))
     kubeconfig = os.path.join(DIR, "kubeconfig")
@@ -227,13 +227,24 @@ def one(n, keep, floors, concurrency, components="all", mix="uniform"):
     penv = dict(env, ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH", os.path.join(ROOT, ".collections")),
                 ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), K8S_AUTH_KUBECONFIG=kubeconfig,
                 PATH=os.path.join(CACHE, "cluster", "bin") + os.pathsep + os.environ["PATH"])
+    tag = "%d-%s%s" % (n, mix, "" if components == "all" else "-" + components)
+    objects = os.path.join(os.path.dirname(DIR), "floor-objects-%s.json" % tag)
+    if floor_only:
+        # the floors alone, from the objects an earlier run of the same spec wrote (a run on a machine that
+        # allows 10 minutes a command measures the playbook and the floors of a large fleet in separate calls)
+        if not os.path.exists(objects):
+            raise SystemExit("--floor-only: no %s (run the playbook at this size and mix first)" % objects)
+        with open(objects) as f:
+            phases = json.load(f)
+        result = {"nodes": n, "components": components, "mix": mix_counts(n, mix), "floor_only": True,
+                  "objects": {k: len(v) for k, v in phases.items()}}
+        return floor_runs(result, n, env, kubeconfig, audit, phases, floors, concurrency, components, mix, keep)
     up_s, nodes_ready_s, core = fresh_cluster(n, env, mix)
     start = time.time()
-    tag = "%d-%s%s" % (n, mix, "" if components == "all" else "-" + components)
     first_s, first_changed, _ = run_playbook(penv, inventory, "first-%s.log" % tag, concurrency, components)
     verify(kubeconfig, n, components, mix)
     first_req = requests_since(audit, start, n)
-    phases = floor.capture(kubeconfig, audit, start, client_of, os.path.join(DIR, "..", "floor-objects-%s.json" % tag))
+    phases = floor.capture(kubeconfig, audit, start, client_of, objects)
     start2 = time.time()
     second_s, second_changed, second_tasks = run_playbook(penv, inventory, "rerun-%s.log" % tag, concurrency, components)
     not_ready = [x.metadata.name for x in core.list_node().items
@@ -249,6 +260,11 @@ def one(n, keep, floors, concurrency, components="all", mix="uniform"):
         "rerun_requests": second_req,
     }
     print("partial: " + json.dumps(result), file=sys.stderr, flush=True)  # a 5,000-node run takes an hour
+    return floor_runs(result, n, env, kubeconfig, audit, phases, floors, concurrency, components, mix, keep)
+
+
+def floor_runs(result, n, env, kubeconfig, audit, phases, floors, concurrency, components, mix, keep):
+    """Each floor on a fresh cluster of the same spec: first run and rerun, their requests, the ratios."""
     kubectl = os.path.join(CACHE, "cluster", "bin", "kubectl")
     for name in floors:
         fresh_cluster(n, env, mix)
@@ -263,8 +279,9 @@ def one(n, keep, floors, concurrency, components="all", mix="uniform"):
         verify(kubeconfig, n, components, mix)
         result["floor_" + name] = {"first_run_s": runs[0][0], "first_run_requests": runs[0][1],
                                    "rerun_s": runs[1][0], "rerun_requests": runs[1][1]}
-        result["ratio_first_over_" + name] = round(first_s / runs[0][0], 2)
-        result["ratio_rerun_over_" + name] = round(second_s / runs[1][0], 2)
+        if "first_run_s" in result:
+            result["ratio_first_over_" + name] = round(result["first_run_s"] / runs[0][0], 2)
+            result["ratio_rerun_over_" + name] = round(result["rerun_s"] / runs[1][0], 2)
         print("partial: " + json.dumps(result), file=sys.stderr, flush=True)
     if not keep:
         sh([os.path.join(LAB, "down.sh"), "--purge"], env=env)
@@ -283,10 +300,14 @@ def main():
                     help="all: every component rolled out (default); none: node labels and taints only")
     ap.add_argument("--mix", choices=["mixed", "uniform"], default="mixed",
                     help="mixed (default): products and workload kinds as MIX_CYCLE; uniform: 8xH100 container nodes")
+    ap.add_argument("--floor-only", action="store_true",
+                    help="only the floors, from the objects an earlier run of the same spec captured "
+                         "($GPUOPS_CACHE/cluster/floor-objects-<nodes>-<mix>.json)")
     args = ap.parse_args()
     results = []
     for i, n in enumerate(args.nodes):
-        r = one(n, args.keep and i == len(args.nodes) - 1, args.floor, args.concurrency, args.components, args.mix)
+        r = one(n, args.keep and i == len(args.nodes) - 1, args.floor, args.concurrency, args.components, args.mix,
+                args.floor_only)
         print(json.dumps(r), flush=True)
         results.append(r)
     doc = {
