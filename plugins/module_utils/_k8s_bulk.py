@@ -237,7 +237,8 @@ def rollout_view(live):
 class Applier:
     """Apply ``objects`` with server-side apply.
 
-    read(api_version, kind, namespace, names) -> {name: live object}: one request for the group.
+    read(api_version, kind, namespace, names) -> {name: live object}: one request for the group; or
+    ({name: live object}, requests made) where the read took several (a LIST read in pages).
     apply(obj) -> the object as the server answers the apply PATCH (dry run in check mode is the caller's
     choice); raises on failure.
     """
@@ -268,7 +269,8 @@ class Applier:
                         raise  # nothing sent yet: the read's own error
                     done.extend((obj, None, None, e) for obj in objs)
                     continue
-                reads += 1
+                live, made = live if isinstance(live, tuple) else (live, 1)
+                reads += made
                 for obj in objs:
                     before = live.get(obj["metadata"]["name"])
                     plan.append((obj, before, in_sync(obj, before, self.manager)))

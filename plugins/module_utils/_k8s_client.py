@@ -18,9 +18,14 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import Gpuop
 try:
     from kubernetes import client as k8s_client, config as k8s_config
     from kubernetes.dynamic import DynamicClient
+    from kubernetes.dynamic.exceptions import GoneError
     HAS_K8S = True
 except ImportError:
     HAS_K8S = False
+
+# objects per page of a LIST (kubectl's --chunk-size default): a real fleet's Nodes, with the images each one
+# reports, run to tens of megabytes in one answer
+LIST_PAGE_SIZE = 500
 
 
 def connection_spec():
@@ -45,6 +50,44 @@ def connection_spec():
         persist_config=dict(type="bool"),
         proxy_headers=dict(type="dict"),
     )
+
+
+def list_spec():
+    """argument_spec entry of the LIST page size (doc fragment ``gpuops.nvidia.k8s_list``)."""
+    return dict(list_page_size=dict(type="int", default=LIST_PAGE_SIZE))
+
+
+def list_problems(params):
+    """What is wrong with the LIST page size (a list of sentences)."""
+    size = params.get("list_page_size")
+    if size is not None and size < 0:
+        return ["list_page_size must be 0 (one request per LIST) or more, got %d" % size]
+    return []
+
+
+def list_items(dyn, path, page_size, query_params=None, header_params=None):
+    """Every item of a LIST, read in pages of ``page_size`` objects (limit and continue, as kubectl reads; 0: one
+    request) -> (items, requests made). A continue token that expired before the last page (410 Gone: the server
+    keeps a list's snapshot for a few minutes) restarts the list once, in one request."""
+    base = list(query_params or [])
+    items, token, requests = [], None, 0
+    while True:
+        params = base + ([("limit", page_size)] if page_size else []) + ([("continue", token)] if token else [])
+        requests += 1
+        try:
+            answer = json.loads(dyn.request("get", path, query_params=params, header_params=header_params or {},
+                                            serialize=False).data)
+        except GoneError:
+            if token is None:
+                raise
+            requests += 1
+            answer = json.loads(dyn.request("get", path, query_params=base, header_params=header_params or {},
+                                            serialize=False).data)
+            return answer.get("items") or [], requests
+        items.extend(answer.get("items") or [])
+        token = (answer.get("metadata") or {}).get("continue")
+        if not token or not page_size:
+            return items, requests
 
 
 def connection_problems(params):
@@ -102,7 +145,7 @@ def connect(module, check, pool):
         module.fail_json(msg=missing_required_lib("kubernetes"))
     try:
         checked = check()
-        problems = connection_problems(module.params)
+        problems = connection_problems(module.params) + list_problems(module.params)
         if problems:
             raise InputError("; ".join(problems))
     except GpuopsError as exc:

@@ -32,6 +32,7 @@ author:
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.k8s_auth
+  - gpuops.nvidia.k8s_list
 attributes:
   check_mode:
     support: full
@@ -119,7 +120,8 @@ failed:
   elements: dict
   returned: on failure
 requests:
-  description: Requests made, C(read) (one per kind and namespace) and C(apply) (one per object sent).
+  description: Requests made, C(read) (one per kind and namespace; a LIST of more than O(list_page_size) objects one
+    per page) and C(apply) (one per object sent).
   type: dict
   returned: always
 rollouts:
@@ -144,7 +146,8 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import Applier, check_objects
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import api_error, connect, connection_spec
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+    api_error, connect, connection_spec, list_items, list_spec)
 
 try:
     from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
@@ -160,6 +163,7 @@ def argument_spec():
         concurrency=dict(type="int", default=16),
     )
     spec.update(connection_spec())
+    spec.update(list_spec())
     return spec
 
 
@@ -215,11 +219,11 @@ def main():
                 except NotFoundError:
                     return {}
                 return {names[0]: one}
-            items = json.loads(dyn.request("get", res.path(namespace=ns), serialize=False).data).get("items") or []
+            items, made = list_items(dyn, res.path(namespace=ns), p["list_page_size"])
         except Exception as exc:  # pylint: disable=broad-except
             raise HostError("cannot read %s %s: %s" % (kind, "in " + ns if ns else "", api_error(exc)))
         wanted = set(names)
-        return {o["metadata"]["name"]: o for o in items if o["metadata"]["name"] in wanted}
+        return {o["metadata"]["name"]: o for o in items if o["metadata"]["name"] in wanted}, made
 
     def apply(obj):
         try:

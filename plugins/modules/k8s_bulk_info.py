@@ -26,6 +26,7 @@ author:
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.k8s_auth
+  - gpuops.nvidia.k8s_list
 attributes:
   check_mode:
     support: full
@@ -160,7 +161,8 @@ reads:
   returned: always
   sample: {crd: {resources: [], api_found: true}}
 requests:
-  description: Read requests made (one per query whose kind is served, per read with O(wait)).
+  description: Read requests made (one per query whose kind is served, per read with O(wait); a LIST of more than
+    O(list_page_size) objects one per page).
   type: int
   returned: always
 pending:
@@ -181,11 +183,13 @@ waited:
 """
 
 import json
+import threading
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import check_concurrency, check_queries, read_all
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import api_error, connect, connection_spec
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+    api_error, connect, connection_spec, list_items, list_spec)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_wait import check_wait, wait_for
 
 try:
@@ -207,6 +211,7 @@ def argument_spec():
         )),
     )
     spec.update(connection_spec())
+    spec.update(list_spec())
     return spec
 
 
@@ -240,6 +245,12 @@ def main():
     except Exception as exc:  # pylint: disable=broad-except
         fail(module, HostError("cannot discover the API server's kinds: %s" % api_error(exc)))
 
+    pages, lock = [0], threading.Lock()
+
+    def count(more):
+        with lock:
+            pages[0] += more
+
     def read(query):
         res = resources[(query["api_version"], query["kind"])]
         if res is None:
@@ -260,9 +271,8 @@ def main():
             else:
                 selectors = (("labelSelector", query["label_selectors"]), ("fieldSelector", query["field_selectors"]))
                 params = [(k, ",".join(v)) for k, v in selectors if v]
-                answer = dyn.request("get", res.path(namespace=ns), query_params=params, header_params=headers,
-                                     serialize=False)
-                items = json.loads(answer.data).get("items") or []
+                items, made = list_items(dyn, res.path(namespace=ns), p["list_page_size"], params, headers)
+                count(made - 1)
             # a LIST's items carry no apiVersion and kind (the list does), metadata-only ones name the metadata
             # type; kubernetes.core.k8s_info's carry the object's own
             for item in items:
@@ -272,15 +282,17 @@ def main():
         except Exception as exc:  # pylint: disable=broad-except
             raise HostError("cannot read %s%s: %s" % (query["kind"], " in " + ns if ns else "", api_error(exc)))
 
-    # one request per query whose kind is served, per read
+    # one request per query whose kind is served, per read, and a request more for each further page of a LIST
+    # (count(), from the reading threads)
     per_read = sum(1 for q in queries.values() if resources[(q["api_version"], q["kind"])] is not None)
     try:
         if wait is None:
-            module.exit_json(changed=False, reads=read_all(queries, read, p["concurrency"]), requests=per_read)
+            reads = read_all(queries, read, p["concurrency"])
+            module.exit_json(changed=False, reads=reads, requests=per_read + pages[0])
         results, pending, polls, waited = wait_for(lambda: read_all(queries, read, p["concurrency"]), wait)
     except GpuopsError as exc:
         fail(module, exc)
-    out = dict(changed=False, reads=results, requests=per_read * polls, pending=pending, polls=polls,
+    out = dict(changed=False, reads=results, requests=per_read * polls + pages[0], pending=pending, polls=polls,
                waited=round(waited, 1))
     if pending:
         module.fail_json(msg="not %s in %g s: %s%s" % (

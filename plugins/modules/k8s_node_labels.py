@@ -16,7 +16,8 @@ description:
     Operator sets them (the C(gpuops.nvidia.k8s_node_plan) filter's plan), and applies with server-side apply
     only the nodes whose labels or taints differ, O(concurrency) at a time.
   - A node is in sync, and not written, when the labels the field manager last applied are exactly the planned
-    ones with the planned values and its taints are as planned. A no-op run makes one read request and no write.
+    ones with the planned values and its taints are as planned. A no-op run makes one read request (one a page of
+    O(list_page_size) Nodes) and no write.
   - The node read never leaves the module run; what comes back is a summary, where each component goes
     (C(placement)) and, with C(--diff), one entry per changed node. At 1,000 nodes that is a module run instead
     of a read, a plan over megabytes of registered data on the controller, and an apply.
@@ -29,6 +30,7 @@ author:
 extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.k8s_auth
+  - gpuops.nvidia.k8s_list
 attributes:
   check_mode:
     support: full
@@ -159,7 +161,7 @@ failed:
   elements: dict
   returned: on failure
 requests:
-  description: Requests made, C(read) (the one LIST) and C(apply) (one per node sent).
+  description: Requests made, C(read) (the pages of the one LIST of Nodes, O(list_page_size)) and C(apply) (one per node sent).
   type: dict
   returned: always
 """
@@ -172,7 +174,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels as kl
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, InputError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import Applier
-from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import api_error, connect, connection_spec
+from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
+    api_error, connect, connection_spec, list_items, list_spec)
 
 _PLAN_OPTIONS = ("state", "default_workload", "sandbox_mode", "mig_strategy", "device_plugin_configs",
                  "taint_gpu_nodes", "taint_vm_nodes", "taint")
@@ -194,6 +197,7 @@ def argument_spec():
         concurrency=dict(type="int", default=16),
     )
     spec.update(connection_spec())
+    spec.update(list_spec())
     return spec
 
 
@@ -218,8 +222,8 @@ def main():
 
     applier, dyn = connect(module, check, p["concurrency"])
     try:
-        answer = dyn.request("get", "/api/v1/nodes", serialize=False)
-        live = {o["metadata"]["name"]: o for o in json.loads(answer.data).get("items") or []}
+        items, pages = list_items(dyn, "/api/v1/nodes", p["list_page_size"])
+        live = {o["metadata"]["name"]: o for o in items}
     except Exception as exc:  # pylint: disable=broad-except
         fail(module, HostError("cannot read the cluster's Nodes: %s" % api_error(exc)))
     current = kl.node_current(live.values(), p["field_manager"])
@@ -249,9 +253,9 @@ def main():
         result, diffs = applier.run(changes)
     except GpuopsError as exc:
         fail(module, exc, placement=kl.placement(plan), missing=missing, planned=len(plan["nodes"]))
-    # the LIST is the one read (the Applier's "reads" were answered from it); the nodes found in sync before the
-    # Applier saw them count as in sync too
-    result["requests"]["read"] = 1
+    # the LIST's pages are the reads (the Applier's "reads" were answered from it); the nodes found in sync before
+    # the Applier saw them count as in sync too
+    result["requests"]["read"] = pages
     result["in_sync"] += len(plan["nodes"]) - len(changes)
     del result["rollouts"]  # Nodes only
     result.update(placement=kl.placement(plan), missing=missing, planned=len(plan["nodes"]))

@@ -463,6 +463,76 @@ def test_bulk_info_reads_what_k8s_info_reads(tmp_path):
     assert "name and selectors exclude each other" in got["refused"] and "unknown key(s) labels" in got["refused"]
 
 
+PAGES_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  module_defaults:
+    gpuops.nvidia.k8s_node_labels: {list_page_size: 2}
+  tasks:
+    - name: Node labels and taints, the Nodes listed two a page
+      ansible.builtin.include_role: {name: gpuops.nvidia.node_labels}
+    - name: Nodes (whole, and metadata only) and the namespace's ConfigMaps, in pages of 3 and in one request
+      gpuops.nvidia.k8s_bulk_info:
+        queries:
+          nodes: {kind: Node}
+          meta: {kind: Node, fields: [metadata.name]}
+          cms: {kind: ConfigMap, namespace: %(ns)s}
+        list_page_size: "{{ item }}"
+      loop: [3, 0]
+      register: info
+    - name: Two ConfigMaps applied in check mode (a dry run), the namespace's ConfigMaps read one a page
+      gpuops.nvidia.k8s_bulk_apply:
+        objects:
+          - {apiVersion: v1, kind: ConfigMap, metadata: {name: gpuops-lab-pages-a, namespace: %(ns)s}, data: {a: "1"}}
+          - {apiVersion: v1, kind: ConfigMap, metadata: {name: gpuops-lab-pages-b, namespace: %(ns)s}, data: {b: "2"}}
+        field_manager: gpuops-lab-pages
+        list_page_size: 1
+      check_mode: true
+      register: applied
+    - name: Keep the results for the test
+      ansible.builtin.copy:
+        dest: "%(out)s"
+        content: "{{ {'labels': _node_labels_applied, 'paged': info.results[0], 'whole': info.results[1],
+                      'applied': applied} | to_json }}"
+        mode: "0600"
+      check_mode: false
+"""
+
+
+def test_lists_are_read_in_pages(tmp_path):
+    """list_page_size against the real API server: k8s_node_labels with the Nodes listed two a page plans every
+    inventory node and counts a read request a page; k8s_bulk_info reads
+    the same objects in pages of 3 as in one request, whole and metadata only, and counts every page; k8s_bulk_apply
+    (check mode) reads the namespace's ConfigMaps one a page and writes nothing."""
+    out, play = tmp_path / "pages.json", tmp_path / "pages.yml"
+    play.write_text(PAGES_PLAY % {"out": out, "ns": NS})
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.environ.get("ANSIBLE_COLLECTIONS_PATH", os.path.join(ROOT, ".collections")),
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), K8S_AUTH_KUBECONFIG=KUBECONFIG)
+    # check mode: the node labels and the apply are dry runs, the reads are reads
+    r = subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", INVENTORY, "-e", "@" + VARS,
+                        "--check", str(play)], env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    got = json.loads(out.read_text())
+    count = len(core.list_node().items)
+    cms = len(core.list_namespaced_config_map(NS).items)
+    assert count > 4 and cms > 3
+    labels = got["labels"]
+    assert labels["requests"]["read"] == -(-count // 2), labels
+    assert labels["planned"] == len(ALL) and labels["missing"] == []
+    paged, whole = got["paged"], got["whole"]
+    for key in ("nodes", "meta", "cms"):
+        assert [o["metadata"]["name"] for o in paged["reads"][key]["resources"]] == \
+            [o["metadata"]["name"] for o in whole["reads"][key]["resources"]], key
+    assert len(whole["reads"]["nodes"]["resources"]) == count
+    assert whole["requests"] == 3
+    assert paged["requests"] == 2 * -(-count // 3) + -(-cms // 3), (paged["requests"], count, cms)
+    # k8s_bulk_apply: one LIST for the two ConfigMaps, a request per ConfigMap of the namespace; a dry run
+    applied = got["applied"]
+    assert applied["requests"] == {"read": cms, "apply": 2}, applied
+    assert sorted(applied["created"]) == ["ConfigMap/gpu-operator/gpuops-lab-pages-a", "ConfigMap/gpu-operator/gpuops-lab-pages-b"]
+    assert not any(c.metadata.name.startswith("gpuops-lab-pages-") for c in core.list_namespaced_config_map(NS).items)
+
+
 def test_schema_validation_refuses_unknown_fields(tmp_path):
     """gpuops_k8s_validate (on in vars.yml): a manifest with a field its schema lacks is refused
     client-side, before the object reaches the API server."""

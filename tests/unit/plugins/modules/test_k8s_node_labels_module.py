@@ -28,6 +28,7 @@ def run(capsys, tmp_path, **args):
     ({"nodes": [{"name": "a", "gpu": GPU, "device_plugin_config": "nope"}],
       "device_plugin_configs": {"ts": {"version": "v1"}}}, ["device plugin config 'nope' is not defined"]),
     ({"nodes": [], "concurrency": 0}, ["concurrency"]),
+    ({"nodes": [], "list_page_size": -1}, ["list_page_size must be 0", "-1"]),
     ({"nodes": [], "field_manager": ""}, ["field_manager"]),
     ({"nodes": [], "mig_strategy": "dual"}, ["mig_strategy", "dual"]),
     ({"nodes": [], "default_workload": "vm"}, ["default_workload"]),
