@@ -237,8 +237,8 @@ def rollout_view(live):
 class Applier:
     """Apply ``objects`` with server-side apply.
 
-    read(api_version, kind, namespace, names) -> {name: live object}: one request for the group; or
-    ({name: live object}, requests made) where the read took several (a LIST read in pages).
+    read(api_version, kind, namespace, names) -> ({name: live object}, requests made): one read for the group
+    (a GET, or a LIST in pages).
     apply(obj) -> the object as the server answers the apply PATCH (dry run in check mode is the caller's
     choice); raises on failure.
     """
@@ -263,13 +263,12 @@ class Applier:
                     skipped.extend(objs)
                     continue
                 try:
-                    live = self.read(api_version, kind, ns, [o["metadata"]["name"] for o in objs])
+                    live, made = self.read(api_version, kind, ns, [o["metadata"]["name"] for o in objs])
                 except Exception as e:  # pylint: disable=broad-except  # the group fails, what was applied stays listed
                     if not done and not plan:
                         raise  # nothing sent yet: the read's own error
                     done.extend((obj, None, None, e) for obj in objs)
                     continue
-                live, made = live if isinstance(live, tuple) else (live, 1)
                 reads += made
                 for obj in objs:
                     before = live.get(obj["metadata"]["name"])

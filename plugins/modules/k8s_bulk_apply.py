@@ -209,7 +209,7 @@ def main():
             res = resource(api_version, kind)
         except ResourceNotFoundError:
             if module.check_mode and with_crds:
-                return {}
+                return {}, 0
             raise
         ns = namespace if res.namespaced else None
         try:
@@ -217,8 +217,8 @@ def main():
                 try:
                     one = json.loads(dyn.request("get", res.path(name=names[0], namespace=ns), serialize=False).data)
                 except NotFoundError:
-                    return {}
-                return {names[0]: one}
+                    return {}, 1
+                return {names[0]: one}, 1
             items, made = list_items(dyn, res.path(namespace=ns), p["list_page_size"])
         except Exception as exc:  # pylint: disable=broad-except
             raise HostError("cannot read %s %s: %s" % (kind, "in " + ns if ns else "", api_error(exc)))

@@ -245,11 +245,12 @@ def main():
     except Exception as exc:  # pylint: disable=broad-except
         fail(module, HostError("cannot discover the API server's kinds: %s" % api_error(exc)))
 
-    pages, lock = [0], threading.Lock()
+    # every request a read makes, counted as it is made (the reads run in threads)
+    made, lock = [0], threading.Lock()
 
-    def count(more):
+    def count(requests):
         with lock:
-            pages[0] += more
+            made[0] += requests
 
     def read(query):
         res = resources[(query["api_version"], query["kind"])]
@@ -263,6 +264,7 @@ def main():
             "" if query["name"] else "List")} if meta_only else {}
         try:
             if query["name"]:
+                count(1)
                 try:
                     items = [json.loads(dyn.request("get", res.path(name=query["name"], namespace=ns),
                                                     header_params=headers, serialize=False).data)]
@@ -271,8 +273,8 @@ def main():
             else:
                 selectors = (("labelSelector", query["label_selectors"]), ("fieldSelector", query["field_selectors"]))
                 params = [(k, ",".join(v)) for k, v in selectors if v]
-                items, made = list_items(dyn, res.path(namespace=ns), p["list_page_size"], params, headers)
-                count(made - 1)
+                items, pages = list_items(dyn, res.path(namespace=ns), p["list_page_size"], params, headers)
+                count(pages)
             # a LIST's items carry no apiVersion and kind (the list does), metadata-only ones name the metadata
             # type; kubernetes.core.k8s_info's carry the object's own
             for item in items:
@@ -282,17 +284,14 @@ def main():
         except Exception as exc:  # pylint: disable=broad-except
             raise HostError("cannot read %s%s: %s" % (query["kind"], " in " + ns if ns else "", api_error(exc)))
 
-    # one request per query whose kind is served, per read, and a request more for each further page of a LIST
-    # (count(), from the reading threads)
-    per_read = sum(1 for q in queries.values() if resources[(q["api_version"], q["kind"])] is not None)
     try:
         if wait is None:
             reads = read_all(queries, read, p["concurrency"])
-            module.exit_json(changed=False, reads=reads, requests=per_read + pages[0])
+            module.exit_json(changed=False, reads=reads, requests=made[0])
         results, pending, polls, waited = wait_for(lambda: read_all(queries, read, p["concurrency"]), wait)
     except GpuopsError as exc:
         fail(module, exc)
-    out = dict(changed=False, reads=results, requests=per_read * polls + pages[0], pending=pending, polls=polls,
+    out = dict(changed=False, reads=results, requests=made[0], pending=pending, polls=polls,
                waited=round(waited, 1))
     if pending:
         module.fail_json(msg="not %s in %g s: %s%s" % (

@@ -235,8 +235,8 @@ def main():
     changes = kl.node_objects(plan, current=current)
 
     def read(api_version, kind, namespace, names):
-        # the LIST above: the Applier compares with it and reads nothing more
-        return {name: live[name] for name in names if name in live}
+        # the LIST above (its pages are the module's reads): the Applier compares with it and reads nothing more
+        return {name: live[name] for name in names if name in live}, 0
 
     def apply(obj):
         try:
@@ -253,9 +253,8 @@ def main():
         result, diffs = applier.run(changes)
     except GpuopsError as exc:
         fail(module, exc, placement=kl.placement(plan), missing=missing, planned=len(plan["nodes"]))
-    # the LIST's pages are the reads (the Applier's "reads" were answered from it); the nodes found in sync before
-    # the Applier saw them count as in sync too
-    result["requests"]["read"] = pages
+    # the nodes found in sync before the Applier saw them count as in sync too
+    result["requests"]["read"] += pages
     result["in_sync"] += len(plan["nodes"]) - len(changes)
     del result["rollouts"]  # Nodes only
     result.update(placement=kl.placement(plan), missing=missing, planned=len(plan["nodes"]))

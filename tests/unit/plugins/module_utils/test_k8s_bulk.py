@@ -40,7 +40,8 @@ class Server:
 
     def read(self, api_version, kind, namespace, names):
         self.reads += 1
-        return {k[2]: copy.deepcopy(v) for k, v in self.objects.items() if k[0] == kind and k[1] == namespace and k[2] in names}
+        return {k[2]: copy.deepcopy(v) for k, v in self.objects.items()
+                if k[0] == kind and k[1] == namespace and k[2] in names}, 1
 
     def apply_as(self, manager):
         def apply(obj):
