@@ -29,17 +29,27 @@ export PYTHONDONTWRITEBYTECODE := 1
 
 COLLECTION_SRC := $(shell find galaxy.yml README.md meta plugins roles playbooks docs changelogs tests/unit tests/fixtures tests/integration tests/sanity -type f -not -path '*/__pycache__/*' 2>/dev/null)
 
-.PHONY: help venv build install test test-queues test-unit test-sanity test-integration lab bench clean distclean
+.PHONY: help venv lock build install test test-queues test-unit test-sanity test-integration lab bench clean distclean
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-venv: $(VENV)/.stamp ## controller/test virtualenv with pinned dependencies
-$(VENV)/.stamp: requirements-dev.txt
+# requirements-dev.txt names what the controller and the tests use; requirements-dev.lock is its resolution, every
+# distribution pinned with its hashes (uv pip compile, universal). `make venv` installs the lock and nothing else
+# (--require-hashes --no-deps: a fresh machine gets exactly what CI tested); `make lock` resolves it anew after an
+# edit of requirements-dev.txt (or LOCK_UPGRADE=1 to move every pin). tests/unit/meta/test_locks.py fails while a
+# lock and its input disagree. The same holds for the newest-core sanity lane's chroot (tests/lab/sanity-newest).
+LOCKS := requirements-dev.lock tests/lab/sanity-newest/requirements.lock
+venv: $(VENV)/.stamp ## controller/test virtualenv, installed from requirements-dev.lock (hashes checked)
+$(VENV)/.stamp: requirements-dev.lock
+	rm -rf $(VENV)
 	$(PYTHON3) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q --disable-pip-version-check --require-hashes --no-deps -r requirements-dev.lock
+	$(BIN)/pip check
 	touch $@
+
+lock: $(VENV)/.stamp ## resolve requirements-dev.txt (and the sanity-newest chroot's pins) anew into the .lock files
+	$(BIN)/python mk/lock.py $(if $(filter 1,$(LOCK_UPGRADE)),--upgrade) $(LOCKS)
 
 build: $(TARBALL) ## build the collection tarball (what Galaxy users get)
 $(TARBALL): $(VENV)/.stamp $(COLLECTION_SRC)

@@ -129,14 +129,19 @@ build_small() {
 }
 
 wheels() {
-    local d=$CACHE/gpu/wheels-$ANSIBLE_CORE_VERSION
+    # the versions of requirements-dev.lock (what the tests ran with), for the GPU machine's Python 3.12
+    local pins
+    pins=$(sed -nE 's/^(ansible-core|jinja2|markupsafe|pyyaml|packaging|resolvelib|nvidia-ml-py)==([^ ;]+).*/\1==\2/p' \
+        "$ROOT/requirements-dev.lock" | sort -u)
+    [[ $(wc -l <<<"$pins") == 7 ]] || { echo "requirements-dev.lock lacks a pin of the GPU bundle's wheels: $pins" >&2; return 1; }
+    local d=$CACHE/gpu/wheels-$(sha256sum <<<"$pins" | cut -c1-12)
     if [[ ! -f $d/.ok ]]; then
         rm -rf "$d"; mkdir -p "$d"
         local py=$ROOT/.venv/bin/python; [[ -x $py ]] || py=python3
         "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
             --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
             --platform any -d "$d" \
-            "ansible-core==$ANSIBLE_CORE_VERSION" jinja2 markupsafe pyyaml packaging resolvelib'<2' nvidia-ml-py
+            $pins
         # no cryptography (+ cffi, pycparser: 5 MB): local plays without vault do not import it
         touch "$d/.ok"
     fi

@@ -47,11 +47,17 @@ ENVS=(HOME=/root LANG=C.UTF-8)
 while IFS= read -r kv; do ENVS+=("$kv"); done < <(env | grep -E '^(PIP_INDEX_URL|PIP_EXTRA_INDEX_URL|PIP_TRUSTED_HOST|PIP_DEFAULT_TIMEOUT|https?_proxy|HTTPS?_PROXY|no_proxy|NO_PROXY)=' || true)
 in_chroot() { chroot "$CH" env -i "${ENVS[@]}" PATH="$VENV/bin:/usr/local/bin:/usr/bin:/bin" "$@"; }
 
-if [[ ! -x $CH$VENV/bin/ansible-test ]]; then
-    log "ansible-core $CORE into $VENV (chroot Python $(chroot "$CH" python3 -c 'import sys; print(sys.version.split()[0])'))"
+# the venv holds exactly requirements.lock (every distribution pinned, hashes checked); a new lock makes it anew
+LOCK=$HERE/requirements.lock
+grep -qx "ansible-core==$CORE \\\\" "$LOCK" || { log "requirements.lock does not pin ansible-core==$CORE: run make lock"; exit 2; }
+LOCK_SUM=$(sha256sum "$LOCK" | cut -d' ' -f1)
+if [[ ! -x $CH$VENV/bin/ansible-test || $(cat "$CH$VENV/.lock-sha256" 2>/dev/null) != "$LOCK_SUM" ]]; then
+    log "ansible-core $CORE into $VENV from requirements.lock (chroot Python $(chroot "$CH" python3 -c 'import sys; print(sys.version.split()[0])'))"
     rm -rf "$CH$VENV"
     in_chroot python3 -m venv "$VENV"
-    in_chroot "$VENV/bin/pip" install -q "ansible-core==$CORE"
+    cp "$LOCK" "$CH$VENV/requirements.lock"
+    in_chroot "$VENV/bin/pip" install -q --disable-pip-version-check --require-hashes --no-deps -r "$VENV/requirements.lock"
+    echo "$LOCK_SUM" >"$CH$VENV/.lock-sha256"
 fi
 PYV=$(chroot "$CH" python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
