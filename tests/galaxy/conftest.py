@@ -16,6 +16,7 @@ directory, so nothing is picked up from the repository's ansible.cfg, .collectio
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -37,6 +38,22 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("galaxy")
         for line in _SUMMARY:
             terminalreporter.write_line(line)
+
+
+def ansible_complaints(stderr):
+    """The lines of an Ansible command's stderr that are Ansible's own word ([WARNING], [ERROR], [DEPRECATION
+    WARNING], each with its continuation lines). A library's Python warning there (cryptography's deprecation of
+    DSA, printed by every ansible command with cryptography 51) says nothing about the collection: it must not
+    decide a test that is not about it."""
+    out, inside = [], False
+    for line in stderr.splitlines():
+        if line.startswith("["):
+            inside = bool(re.match(r"\[(WARNING|ERROR|DEPRECATION WARNING)\]", line))
+        elif line and not line.startswith(" "):
+            inside = False
+        if inside:
+            out.append(line)
+    return out
 
 
 def ansible_env(collections_path, tmp):
