@@ -28,11 +28,13 @@ install -d -m 700 "$rootfs/root/.ssh"
 install -m 600 "$VM_SSH_KEY.pub" "$rootfs/root/.ssh/authorized_keys"
 cat >"$rootfs/etc/default/grub" <<GRUB
 # gpuops VM lane: IOMMU deliberately OFF (the Debian 6.1 kernel enables it by default); the vfio role turns it on.
+# no_timer_check: under TCG on a loaded host the boot-time check of the timer through the interrupt-remapped
+# IO-APIC can miss its ticks and panic ("timer doesn't work through Interrupt-remapped IO-APIC").
 GRUB_DEFAULT=0
 GRUB_TIMEOUT=0
 GRUB_DISTRIBUTOR=Debian
 GRUB_CMDLINE_LINUX_DEFAULT=""
-GRUB_CMDLINE_LINUX="console=ttyS0,115200 intel_iommu=off"
+GRUB_CMDLINE_LINUX="console=ttyS0,115200 intel_iommu=off no_timer_check"
 GRUB_TERMINAL=serial
 GRUB_SERIAL_COMMAND="serial --unit=0 --speed=115200"
 GRUB_DISABLE_OS_PROBER=true
@@ -47,7 +49,7 @@ terminal_output serial
 set timeout=0
 menuentry 'Debian GNU/Linux (gpuops VM lane first boot)' {
   search --no-floppy --fs-uuid --set=root $uuid
-  linux /boot/vmlinuz-$kver root=UUID=$uuid ro console=ttyS0,115200 intel_iommu=off
+  linux /boot/vmlinuz-$kver root=UUID=$uuid ro console=ttyS0,115200 intel_iommu=off no_timer_check
   initrd /boot/initrd.img-$kver
 }
 CFG
