@@ -26,10 +26,22 @@ import json
 import os
 import re
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._files import read_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import NodeFileError, read_node_file, read_node_text
 
 KIND = "nvidia.com/gpu"
+#: CDI's names (container-device-interface, pkg/parser): a vendor and a class are ASCII letters, digits, '_', '-'
+#: and '.', starting with a letter and ending with a letter or digit; a device name may also hold ':' and may
+#: start with a digit.  Matched whole.
+_VENDOR_OR_CLASS = r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?"
+KIND_RE = re.compile("%s/%s" % (_VENDOR_OR_CLASS, _VENDOR_OR_CLASS))
+DEVICE_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
+#: a driver version as it names library files (libcuda.so.<version>), firmware directories and a hook argument
+VERSION_RE = re.compile(r"[0-9]+\.[0-9]+(?:\.[0-9]+)?")
+#: MIG capability directories as the driver makes them: gi<id> and ci<id>, in ASCII digits without leading zeros
+MIG_DIR_RE = {"gi": re.compile(r"gi(0|[1-9][0-9]{0,5})"), "ci": re.compile(r"ci(0|[1-9][0-9]{0,5})")}
+#: device minors are 20 bits wide (the kernel's MINORBITS)
+MINOR_LIMIT = 1 << 20
 MOUNT_OPTIONS = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
 DEFAULT_LIBRARY_DIRS = [
     "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64",
@@ -51,24 +63,36 @@ def _p(root, path):
     return os.path.join(root, path.lstrip("/")) if root not in ("", "/") else path
 
 
-def _read(root, path):
-    try:
-        with open(_p(root, path)) as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
+def _read(root, path, warnings=None):
+    """The text of a node file (at most 64 KiB, a regular file only: see _pci.read_node_file), or None when it
+    is missing or not read (then with a warning)."""
+    return read_node_text(_p(root, path), warnings)
+
+
+def device_name_problem(name):
+    """Why CDI refuses ``name`` as a device name (its ValidateDeviceName), or None when it takes it."""
+    if isinstance(name, str) and DEVICE_NAME_RE.fullmatch(name):
         return None
+    return "not a CDI device name (ASCII letters and digits, with '_', '.', ':' or '-' only between them)"
 
 
 # -- discovery -----------------------------------------------------------------
 
-def driver_version(root):
-    text = _read(root, "/proc/driver/nvidia/version")
+def driver_version(root, warnings=None):
+    """The loaded driver's version from /proc/driver/nvidia/version, else /sys/module/nvidia/version; None when
+    neither gives one (a value that is no version, say with a '/' or '*', is not used: with a warning)."""
+    text = _read(root, "/proc/driver/nvidia/version", warnings)
     if text:
-        m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+        m = re.search(r"Kernel Module(?: for \S+)?\s+([0-9]+\.[0-9]+(?:\.[0-9]+)?)", text)
         if m:
             return m.group(1)
-    text = _read(root, "/sys/module/nvidia/version")
-    return text.strip() if text and text.strip() else None
+    path = "/sys/module/nvidia/version"
+    text = (_read(root, path, warnings) or "").strip()
+    if text and not VERSION_RE.fullmatch(text):
+        if warnings is not None:
+            warnings.append("%s holds %r, which is not a driver version; not used" % (_p(root, path), text))
+        return None
+    return text or None
 
 
 def parse_information(text):
@@ -81,42 +105,68 @@ def parse_information(text):
     return out
 
 
-def _cap_minor(root, path):
-    text = _read(root, path)
-    if text:
-        m = re.search(r"DeviceFileMinor:\s*(\d+)", text)
-        if m:
-            return int(m.group(1))
+def _cap_minor(dirpath, warnings):
+    """The device minor of a MIG capability (``DeviceFileMinor:`` of ``<dirpath>/access``), or None."""
+    path = os.path.join(dirpath, "access")
+    for line in (read_node_text(path, warnings) or "").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "DeviceFileMinor":
+            value = value.strip()
+            if re.fullmatch(r"[0-9]{1,7}", value) and int(value) < MINOR_LIMIT:
+                return int(value)
+            if warnings is not None:
+                warnings.append("%s: DeviceFileMinor %r is not a device minor; left out" % (path, value))
+            return None
     return None
 
 
-def mig_from_proc(root, minor):
+def _mig_dirs(parent, kind, warnings):
+    """``[(id, path)]`` of the ``gi<id>``/``ci<id>`` directories in ``parent``, by id; an entry named like one
+    that is not (``gix``, ``gi01``, a non-ASCII digit, a file) is skipped with a warning."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        if not name.startswith(kind):
+            continue
+        path = os.path.join(parent, name)
+        m = MIG_DIR_RE[kind].fullmatch(name)
+        if m and os.path.isdir(path):
+            out.append((int(m.group(1)), path))
+        elif warnings is not None:
+            warnings.append("%s: %r is not a MIG capability directory as the driver makes them (%s<number>); skipped"
+                            % (parent, name, kind))
+    return sorted(out)
+
+
+def mig_from_proc(root, minor, warnings=None):
     """MIG devices of one GPU from /proc capability files (no UUIDs there)."""
-    base = "/proc/driver/nvidia/capabilities/gpu%d/mig" % minor
+    base = _p(root, "/proc/driver/nvidia/capabilities/gpu%d/mig" % minor)
     devs = []
-    for gi_dir in sorted(glob.glob(_p(root, base + "/gi*")), key=lambda x: int(re.sub(r"\D", "", os.path.basename(x)) or 0)):
-        gi = int(os.path.basename(gi_dir)[2:])
-        gi_cap = _cap_minor(root, "%s/gi%d/access" % (base, gi))
-        for ci_dir in sorted(glob.glob(os.path.join(gi_dir, "ci*")), key=lambda x: int(re.sub(r"\D", "", os.path.basename(x)) or 0)):
-            ci = int(os.path.basename(ci_dir)[2:])
-            ci_cap = _cap_minor(root, "%s/gi%d/ci%d/access" % (base, gi, ci))
-            devs.append({"gi": gi, "ci": ci, "uuid": None, "gi_cap": gi_cap, "ci_cap": ci_cap})
+    for gi, gi_dir in _mig_dirs(base, "gi", warnings):
+        gi_cap = _cap_minor(gi_dir, warnings)
+        for ci, ci_dir in _mig_dirs(gi_dir, "ci", warnings):
+            devs.append({"gi": gi, "ci": ci, "uuid": None, "gi_cap": gi_cap, "ci_cap": _cap_minor(ci_dir, warnings)})
     return devs
 
 
-def gpus_from_proc(root):
+def gpus_from_proc(root, warnings=None):
     """GPUs from /proc/driver/nvidia/gpus/*/information; CdiError when one cannot be read or parsed
     (a spec that silently left a GPU out would hand containers fewer GPUs than the node has)."""
     gpus = []
-    for info in sorted(glob.glob(_p(root, "/proc/driver/nvidia/gpus/*/information"))):
+    for info in sorted(glob.glob(glob.escape(_p(root, "/proc/driver/nvidia/gpus")) + "/*/information")):
         try:
-            text = read_text(info)
-        except OSError as e:
+            text = (read_node_file(info) or b"").decode("utf-8")
+        except NodeFileError as e:
             raise CdiError("%s; nothing was written" % e)
-        f = parse_information(text or "")
+        except UnicodeDecodeError:
+            raise CdiError("%s is not UTF-8 text; nothing was written" % info)
+        f = parse_information(text)
         if "Device Minor" not in f:
             continue
-        if not re.match(r"^\d+$", f["Device Minor"]):
+        if not re.fullmatch(r"[0-9]+", f["Device Minor"]):
             raise CdiError("%s: Device Minor %r is not a number; nothing was written" % (info, f["Device Minor"]))
         minor = int(f["Device Minor"])
         gpus.append({
@@ -124,7 +174,7 @@ def gpus_from_proc(root):
             "uuid": f.get("GPU UUID"),
             "bus": (f.get("Bus Location") or os.path.basename(os.path.dirname(info))).lower(),
             "model": f.get("Model"),
-            "mig": mig_from_proc(root, minor),
+            "mig": mig_from_proc(root, minor, warnings),
         })
     gpus.sort(key=lambda g: g["bus"])   # NVML enumerates in PCI bus order
     for i, g in enumerate(gpus):
@@ -132,7 +182,7 @@ def gpus_from_proc(root):
     return gpus
 
 
-def gpus_from_nvml(pynvml, root):
+def gpus_from_nvml(pynvml, root, warnings=None):
     """GPU list through NVML (UUIDs for MIG devices too); caps from /proc."""
     pynvml.nvmlInit()
     try:
@@ -150,7 +200,7 @@ def gpus_from_nvml(pynvml, root):
             except pynvml.NVMLError:
                 current = 0
             if current:
-                caps = dict(((d["gi"], d["ci"]), d) for d in mig_from_proc(root, minor))
+                caps = dict(((d["gi"], d["ci"]), d) for d in mig_from_proc(root, minor, warnings))
                 for j in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
                     try:
                         mh = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, j)
@@ -173,9 +223,8 @@ def _s(v):
 
 def _is_script(path):
     try:
-        with open(path, "rb") as f:
-            return f.read(2) == b"#!"
-    except OSError:
+        return read_node_file(path, 2, prefix=True) == b"#!"
+    except NodeFileError:
         return False
 
 
@@ -211,14 +260,14 @@ def driver_libraries(root, version, libdir):
     return files, links
 
 
-def firmware_files(root, version):
+def firmware_files(root, version, warnings=None):
     dirs = ["/lib/firmware/nvidia/%s" % version, "/usr/lib/firmware/nvidia/%s" % version]
-    custom = _read(root, "/sys/module/firmware_class/parameters/path")
+    custom = _read(root, "/sys/module/firmware_class/parameters/path", warnings)
     if custom and custom.strip():
         dirs.insert(0, "%s/nvidia/%s" % (custom.strip().rstrip("/"), version))
     out = []
     for d in dirs:
-        for f in sorted(glob.glob(_p(root, d + "/*.bin"))):
+        for f in sorted(glob.glob(glob.escape(_p(root, d)) + "/*.bin")):
             out.append("%s/%s" % (d, os.path.basename(f)))
     return out
 
@@ -244,18 +293,44 @@ def _hook(hook, name, args):
 
 def build_spec(root="/", gpus=None, version=None, naming=("index", "uuid"), library_dirs=None,
                bin_dirs=None, hook_path=None, kind=KIND, all_device=True):
-    """Return (spec dict, info dict)."""
-    version = version or driver_version(root)
+    """Return (spec dict, info dict).
+
+    Device names follow CDI's rules: a UUID the node reports that CDI would refuse (a '/', a space, a non-ASCII
+    letter, the old ``MIG-GPU-<uuid>/<gi>/<ci>`` form) or that repeats another device's name is left out with a
+    warning, not written: the runtime refuses a whole spec for one bad name, so every GPU of the node would be
+    lost, while the device stays reachable by its index and through ``all``.
+    """
+    if not isinstance(kind, str) or not KIND_RE.fullmatch(kind):
+        raise CdiError("kind %r is not a CDI kind (<vendor>/<class>, e.g. nvidia.com/gpu)" % (kind,))
+    warnings = []
+    version = version or driver_version(root, warnings)
     if not version:
-        raise CdiError("no NVIDIA driver found under %s (no /proc/driver/nvidia/version)" % root)
+        raise CdiError("no NVIDIA driver found under %s (no driver version in /proc/driver/nvidia/version or "
+                       "/sys/module/nvidia/version)%s" % (root, "".join("; " + w for w in warnings)))
+    if not VERSION_RE.fullmatch(version):
+        raise CdiError("driver version %r is not a version (digits and dots)" % (version,))
     if gpus is None:
-        gpus = gpus_from_proc(root)
+        gpus = gpus_from_proc(root, warnings)
     if not gpus:
         raise CdiError("the NVIDIA driver %s is loaded but no GPU is visible" % version)
-    warnings = []
     devices = []
     all_nodes = []
+    taken = set(["all"] if all_device else [])
+    if "index" in naming:
+        for g in gpus:
+            taken.update(["%d:%d" % (g["index"], j) for j in range(len(g["mig"]))] if g.get("mig") else [str(g["index"])])
+
+    def uuid_name(uuid, what):
+        """``uuid`` when CDI takes it as a device name no other device has, else None (with a warning)."""
+        problem = device_name_problem(uuid) or ("already the name of another device" if uuid in taken else None)
+        if problem:
+            warnings.append("%s: device name %r left out: %s" % (what, uuid, problem))
+            return None
+        taken.add(uuid)
+        return uuid
+
     for g in gpus:
+        gpu = "GPU %s (%s)" % (g["index"], g.get("bus"))
         node = "/dev/nvidia%d" % g["minor"]
         if not os.path.exists(_p(root, node)):
             warnings.append("%s is missing (GPU %s)" % (node, g.get("uuid")))
@@ -271,12 +346,12 @@ def build_spec(root="/", gpus=None, version=None, naming=("index", "uuid"), libr
                 all_nodes.extend(n for n in nodes if n not in all_nodes)
                 if "index" in naming:
                     devices.append({"name": "%d:%d" % (g["index"], j), "containerEdits": medits})
-                if "uuid" in naming and m.get("uuid"):
+                if "uuid" in naming and m.get("uuid") and uuid_name(m["uuid"], "%s MIG device %d" % (gpu, j)):
                     devices.append({"name": m["uuid"], "containerEdits": medits})
             continue  # a GPU in MIG mode is handed out through its MIG devices
         if "index" in naming:
             devices.append({"name": str(g["index"]), "containerEdits": edits})
-        if "uuid" in naming and g.get("uuid"):
+        if "uuid" in naming and g.get("uuid") and uuid_name(g["uuid"], gpu):
             devices.append({"name": g["uuid"], "containerEdits": edits})
     if all_device:
         devices.append({"name": "all", "containerEdits": {"deviceNodes": [{"path": n} for n in all_nodes]}})
@@ -300,7 +375,7 @@ def build_spec(root="/", gpus=None, version=None, naming=("index", "uuid"), libr
             if b not in seen and os.path.isfile(_p(root, path)) and not _is_script(_p(root, path)):
                 mounts.append(_mount(path))
                 seen.add(b)
-    mounts.extend(_mount(p) for p in firmware_files(root, version))
+    mounts.extend(_mount(p) for p in firmware_files(root, version, warnings))
     mounts.extend(_mount(p) for p in _first_existing(root, IPC_PATHS))
     hook = find_hook(root, hook_path)
     hooks = []
@@ -354,7 +429,7 @@ def minimum_version(spec):
 
 # -- output ----------------------------------------------------------------------
 
-_PLAIN = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./=@+-]*$")
+_PLAIN = re.compile(r"^[A-Za-z_/][A-Za-z0-9_./=@+-]*\Z")
 _RESERVED = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}
 
 

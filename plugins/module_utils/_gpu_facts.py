@@ -84,7 +84,9 @@ def _enrich_products(gpus, nvml):
 
 
 def gather(root="/", subsets=SUBSETS, nvml_lib=None, load_nvml=_nvml.load, gfd_config=None):
-    """Return (facts, warnings).  ``nvml_lib``: a pynvml-like object, or None to import pynvml.
+    """Return (facts, warnings); ``facts["warnings"]`` holds the same sentences (a node file that is not a
+    regular file, or larger than its bound, is one of them: it is never read).
+    ``nvml_lib``: a pynvml-like object, or None to import pynvml.
     ``gfd_config``: a device-plugin/GFD config (sharing, flags.migStrategy) the GFD labels are
     computed under (_labels.gfd_labels); None: GFD without a config file."""
     warnings = []
@@ -95,11 +97,11 @@ def gather(root="/", subsets=SUBSETS, nvml_lib=None, load_nvml=_nvml.load, gfd_c
     kernel = _host.read_kernel(root, warnings)
     if "kernel" in subsets:
         facts["kernel"] = kernel
-        facts["os"] = _host.read_os_release(root)
+        facts["os"] = _host.read_os_release(root, warnings)
 
     nvidia = _pci.read_pci_devices(root, vendor=_pci.NVIDIA_VENDOR, warnings=warnings) if need_pci else []
     groups = _pci.read_iommu_groups(root) if need_pci else {}
-    names, names_source = _pci_ids.load_names(root) if nvidia else ({}, None)
+    names, names_source = _pci_ids.load_names(root, warnings=warnings) if nvidia else ({}, None)
     for dev in nvidia:
         dev["name"] = _pci_ids.device_name(dev["device_id"], names)
         dev["kind"] = _pci.classify_nvidia(dev)
@@ -110,7 +112,7 @@ def gather(root="/", subsets=SUBSETS, nvml_lib=None, load_nvml=_nvml.load, gfd_c
     if "driver" in subsets:
         driver = _host.read_driver(root, kernel, warnings)
         facts["driver"] = driver
-        facts["secure_boot"] = _host.read_secure_boot(root)
+        facts["secure_boot"] = _host.read_secure_boot(root, warnings)
 
     nvml = None
     if "nvml" in subsets:
@@ -137,7 +139,7 @@ def gather(root="/", subsets=SUBSETS, nvml_lib=None, load_nvml=_nvml.load, gfd_c
     if "iommu" in subsets:
         facts["iommu"] = _host.read_iommu(root, kernel, groups, warnings)
 
-    facts["machine"] = _host.read_machine(root)
+    facts["machine"] = _host.read_machine(root, warnings)
     vgpu = None
     if gpus:
         # GFD looks at every NVIDIA function's PCI config space for a vGPU capability
@@ -146,6 +148,7 @@ def gather(root="/", subsets=SUBSETS, nvml_lib=None, load_nvml=_nvml.load, gfd_c
             notes.append(vgpu_note)
     facts["labels"] = compute_labels(facts, kernel, driver, nvml, vgpu=vgpu, gfd_config=gfd_config)
     facts["notes"] = notes
+    facts["warnings"] = list(warnings)
     return facts, warnings
 
 

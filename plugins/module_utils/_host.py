@@ -5,13 +5,24 @@
 """Kernel, driver, IOMMU and firmware readers over a filesystem rooted at ``root``.
 
 PRIVATE: may change at any time; not for use outside gpuops.nvidia.
+
+Every file is read through ``_pci.read_node_file``/``read_attr`` (regular files only, never blocking, bounded);
+a file that is not read becomes a sentence in ``warnings``.
 """
 from __future__ import annotations
 
 import os
 import re
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import read_attr, read_iommu_groups, sysfs_path
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import (
+    ATTR_LIMIT,
+    NodeFileError,
+    read_attr,
+    read_iommu_groups,
+    read_node_file,
+    read_node_text,
+    sysfs_path,
+)
 
 SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_drm", "nvidia_modeset", "nvidia_peermem", "nvidia_fs", "nvidia_vgpu_vfio")
@@ -22,6 +33,12 @@ IOMMU_ARG_KEYS = (
     "modprobe.blacklist", "rd.driver.blacklist", "nouveau.modeset", "rd.driver.pre",
 )
 DRIVER_VERSION_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)")
+#: bytes read at most from /proc/modules: one line of ~60-100 bytes per loaded module, so room for ten thousand
+#: modules where hosts load a few hundred
+MODULES_LIMIT = 1024 * 1024
+#: bytes read from the start of /proc/cpuinfo: only the first processor's flags are needed, and one processor's
+#: block is a few KiB (x86's flags line is the longest part); the file grows with the CPU count, so a prefix
+CPUINFO_PREFIX = 256 * 1024
 
 
 def _resolve(root, path):
@@ -52,7 +69,7 @@ def parse_modules(text):
 def read_kernel(root="/", warnings=None):
     release = read_attr(sysfs_path(root, "proc/sys/kernel/osrelease"), warnings)
     cmdline = read_attr(sysfs_path(root, "proc/cmdline"), warnings) or ""
-    modules = parse_modules(read_attr(sysfs_path(root, "proc/modules"), warnings))
+    modules = parse_modules(read_attr(sysfs_path(root, "proc/modules"), warnings, MODULES_LIMIT))
     loaded = set(modules)
     headers = None
     if release:
@@ -81,8 +98,8 @@ def parse_driver_version(text):
     return version, kind
 
 
-def _pid_alive(root, pidfile):
-    pid = read_attr(sysfs_path(root, pidfile))
+def _pid_alive(root, pidfile, warnings=None):
+    pid = read_attr(sysfs_path(root, pidfile), warnings)
     return bool(pid and pid.isdigit() and os.path.isdir(sysfs_path(root, "proc", pid)))
 
 
@@ -105,9 +122,9 @@ def read_driver(root="/", kernel=None, warnings=None):
         "version": version or sys_version,
         "kernel_module_type": kind,
         "gpus": gpus,
-        "persistenced_running": _pid_alive(root, "var/run/nvidia-persistenced/nvidia-persistenced.pid")
-        or _pid_alive(root, "run/nvidia-persistenced/nvidia-persistenced.pid"),
-        "fabricmanager_running": _pid_alive(root, "var/run/nvidia-fabricmanager/nv-fabricmanager.pid"),
+        "persistenced_running": _pid_alive(root, "var/run/nvidia-persistenced/nvidia-persistenced.pid", warnings)
+        or _pid_alive(root, "run/nvidia-persistenced/nvidia-persistenced.pid", warnings),
+        "fabricmanager_running": _pid_alive(root, "var/run/nvidia-fabricmanager/nv-fabricmanager.pid", warnings),
         "device_nodes": sorted(n for n in _listdir(sysfs_path(root, "dev")) if n.startswith("nvidia")),
     }
 
@@ -133,7 +150,7 @@ def iommu_vendor(units):
 
 
 def read_cpu_virt(root="/", warnings=None):
-    text = read_attr(sysfs_path(root, "proc/cpuinfo"), warnings) or ""
+    text = read_node_text(sysfs_path(root, "proc/cpuinfo"), warnings, CPUINFO_PREFIX, prefix=True) or ""
     for line in text.splitlines():
         if line.startswith("flags") or line.startswith("Features"):
             flags = set(line.partition(":")[2].split())
@@ -156,20 +173,23 @@ def read_iommu(root="/", kernel=None, groups=None, warnings=None):
     }
 
 
-def read_secure_boot(root="/"):
-    """True/False on UEFI boots, None when the host did not boot through UEFI."""
+def read_secure_boot(root="/", warnings=None):
+    """True/False on UEFI boots, None when the host did not boot through UEFI (False, with a warning, when the
+    variable is there but not read)."""
     if not os.path.isdir(sysfs_path(root, "sys/firmware/efi")):
         return None
     try:
-        with open(sysfs_path(root, SECURE_BOOT_VAR), "rb") as f:
-            data = f.read()
-    except OSError:
+        data = read_node_file(sysfs_path(root, SECURE_BOOT_VAR), ATTR_LIMIT) or b""
+    except NodeFileError as exc:
+        if warnings is not None:
+            warnings.append(str(exc))
         return False
     return len(data) >= 5 and data[4] == 1
 
 
-def read_os_release(root="/"):
-    text = read_attr(sysfs_path(root, "etc/os-release")) or read_attr(sysfs_path(root, "usr/lib/os-release")) or ""
+def read_os_release(root="/", warnings=None):
+    text = read_attr(sysfs_path(root, "etc/os-release"), warnings) \
+        or read_attr(sysfs_path(root, "usr/lib/os-release"), warnings) or ""
     out = {}
     for line in text.splitlines():
         k, sep, v = line.partition("=")
@@ -179,5 +199,5 @@ def read_os_release(root="/"):
             "pretty_name": out.get("PRETTY_NAME")}
 
 
-def read_machine(root="/"):
-    return read_attr(sysfs_path(root, "sys/class/dmi/id/product_name"))
+def read_machine(root="/", warnings=None):
+    return read_attr(sysfs_path(root, "sys/class/dmi/id/product_name"), warnings)

@@ -17,6 +17,7 @@ import os
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import read_node_file
 
 NFD = "feature.node.kubernetes.io/"
 #: NFD worker's pci deviceClassWhitelist in the GPU Operator's NFD values
@@ -276,13 +277,12 @@ def read_vgpu_devices(root, bdfs):
     for bdf in sorted(bdfs):
         path = os.path.join(root or "/", "sys/bus/pci/devices", bdf, "config")
         try:
-            with open(path, "rb") as f:
-                config = f.read()
-        except FileNotFoundError:
+            config = read_node_file(path)   # a FIFO or device is refused, never read; at most 64 KiB
+        except OSError as exc:
+            return None, "nvidia.com/vgpu.present left out: %s" % exc
+        if config is None:
             missing.append(bdf)
             continue
-        except OSError as exc:
-            return None, "nvidia.com/vgpu.present left out: cannot read %s: %s" % (path, exc)
         try:
             capability = vendor_capability(config)
         except ValueError:

@@ -8,16 +8,34 @@ PRIVATE: may change at any time; not for use outside gpuops.nvidia.
 
 Pure functions: every reader takes the filesystem root ("/" on a host, a fixture
 tree in tests) and returns plain dicts/lists.  Nothing here imports Ansible.
+
+It also holds the one way the collection reads a file of a node (sysfs, procfs, /etc, pci.ids, under any
+root): :func:`read_node_file` and :func:`read_node_text` (and :func:`read_attr` on top of them).  What a
+node holds is not trusted to be the file it should be:
+
+- only a regular file is read.  ``stat`` comes first, so a FIFO, socket or device node is never even opened
+  (opening a FIFO blocks until a writer comes; opening some devices acts, as a watchdog does); the open is
+  non-blocking and ``fstat`` checks again what was opened, so a file swapped in between is refused too;
+- at most a bound of bytes, chosen per file and documented where it is read (:data:`ATTR_LIMIT` for an
+  attribute).  procfs reports ``st_size`` 0 and sysfs 4096 whatever they hold, so the bound applies to the
+  bytes read, never to ``st_size``;
+- links are followed (sysfs device directories and ``/etc/os-release`` are links); the checks apply to what
+  the link leads to;
+- every refusal is a :class:`NodeFileError` whose text names the file and what it is; the readers of facts
+  turn it into a warning.
 """
 from __future__ import annotations
 
 import os
 import re
+import stat
+
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import HostError
 
 NVIDIA_VENDOR = "10de"
-BDF_RE = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+BDF_RE = re.compile(r"^(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\Z")
 #: a vendor:device ID in a module's ``devices`` list
-DEVICE_ID_RE = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{4})$")
+DEVICE_ID_RE = re.compile(r"^([0-9a-fA-F]{4}):([0-9a-fA-F]{4})\Z")
 #: the ``devices`` item that names every NVIDIA GPU of the host
 ALL_NVIDIA = "all_nvidia"
 
@@ -81,17 +99,87 @@ def resolve_device_items(devices, by_bdf, all_nvidia, error, example_id, keep=No
     return out
 
 
-def read_attr(path, warnings=None):
-    """Read one sysfs attribute, stripped; None when absent or unreadable."""
+#: bytes read at most from one sysfs or procfs attribute: the kernel's show() fills at most one page, which is
+#: 64 KiB on arm64 and ppc64 kernels built with 64 KiB pages.  /proc/cmdline (a few KiB), version, pid and
+#: os-release files and a function's PCI config space (4 KiB) are well within it.
+ATTR_LIMIT = 64 * 1024
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+class NodeFileError(OSError, HostError):
+    """A node file that is not read: not a regular file, larger than its bound, or failing to read.  ``str()`` is
+    a sentence naming the path."""
+
+
+def _not_regular(path, mode):
+    if stat.S_ISREG(mode):
+        return None
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return NodeFileError("%s is %s, not a regular file; not read" % (path, kind))
+
+
+def read_node_file(path, limit=ATTR_LIMIT, prefix=False):
+    """The bytes of the node file ``path``; None when it does not exist.
+
+    Raises :class:`NodeFileError` for anything but a regular file (never opened), for a file of more than
+    ``limit`` bytes (``prefix``: its first ``limit`` bytes are returned instead, for files of which only the
+    beginning is needed) and for a failing read.  Never blocks.
+    """
     try:
-        with open(path, "r", encoding="utf-8", errors="replace") as f:
-            return f.read().strip()
+        problem = _not_regular(path, os.stat(path).st_mode)
+        if problem:
+            raise problem
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         return None
-    except (OSError, IOError) as exc:
+    except NodeFileError:
+        raise
+    except OSError as exc:
+        raise NodeFileError("cannot read %s: %s" % (path, exc.strerror or exc))
+    try:
+        problem = _not_regular(path, os.fstat(fd).st_mode)
+        if problem:
+            raise problem
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except NodeFileError:
+        raise
+    except OSError as exc:
+        raise NodeFileError("cannot read %s: %s" % (path, exc.strerror or exc))
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if size > limit:
+        if not prefix:
+            raise NodeFileError("%s holds more than %d bytes, the most read from such a file; not read" % (path, limit))
+        data = data[:limit]
+    return data
+
+
+def read_node_text(path, warnings=None, limit=ATTR_LIMIT, prefix=False):
+    """The text of the node file ``path`` (UTF-8, bytes that are not replaced), or None when it does not exist
+    or is not read (:func:`read_node_file`): then, with ``warnings`` given, the sentence saying why is added."""
+    try:
+        data = read_node_file(path, limit, prefix)
+    except NodeFileError as exc:
         if warnings is not None:
-            warnings.append("cannot read %s: %s" % (path, exc))
+            warnings.append(str(exc))
         return None
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def read_attr(path, warnings=None, limit=ATTR_LIMIT):
+    """One sysfs/procfs attribute, stripped; None when absent or not read (see :func:`read_node_text`)."""
+    text = read_node_text(path, warnings, limit)
+    return None if text is None else text.strip()
 
 
 def link_name(path):

@@ -16,7 +16,12 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import NodeFileError, read_node_file
+
 _VENDOR_LINE = re.compile(rb"\n[0-9a-f]{4}  ")
+
+#: bytes read at most from pci.ids: the file is about 1.4 MB and grows by some 50 KB a year
+PCI_IDS_LIMIT = 8 * 1024 * 1024
 
 PCI_IDS_PATHS = (
     "usr/share/misc/pci.ids",
@@ -96,16 +101,18 @@ def parse_vendor_section(data, vendor="10de"):
     return names
 
 
-def load_names(root="/", vendor="10de"):
-    """(names, source): from the host's pci.ids, else ``({}, None)``."""
+def load_names(root="/", vendor="10de", warnings=None):
+    """(names, source): from the host's pci.ids, else ``({}, None)`` (with a warning when it is not read)."""
     path = find_pci_ids(root)
     if not path:
         return {}, None
     try:
-        with open(path, "rb") as f:
-            return parse_vendor_section(f.read(), vendor), path
-    except OSError:
+        data = read_node_file(path, PCI_IDS_LIMIT)
+    except NodeFileError as exc:
+        if warnings is not None:
+            warnings.append(str(exc))
         return {}, None
+    return (parse_vendor_section(data, vendor), path) if data is not None else ({}, None)
 
 
 def device_name(device_id, host_names):

@@ -21,8 +21,18 @@ description:
   - The spec declares the lowest C(cdiVersion) that can express it.
   - GPU UUIDs and MIG devices come from NVML (C(pynvml)) when it is importable, otherwise from
     C(/proc/driver/nvidia) (MIG devices are then named by index only).
+  - Device names follow CDI's rules (ASCII letters and digits, with underscores, dots, colons and dashes between
+    them). A UUID the node reports that breaks them, or that repeats another device's name, is left out with a
+    warning (the device keeps its index name and C(all)), since a container runtime refuses the whole spec for
+    one bad name. MIG capability directories not named C(gi<number>)/C(ci<number>) are skipped with a warning.
+  - Node files are read only when they are regular files, without blocking and up to 64 KiB each. A FIFO,
+    socket, device or directory, or a larger file, is a warning (or, for a GPU's C(information) file, a failure
+    before anything is written), never a hang.
   - The file is written only when its content differs (or only its mode is changed when only the mode
     differs), atomically, under a per-file lock shared with the collection's other modules.
+  - The spec is written whole. A symbolic link at O(path), or a file there that is not a CDI spec of kind
+    C(nvidia.com/gpu) (this module's, or one C(nvidia-ctk cdi generate) wrote), is neither replaced nor removed;
+    the module fails with a message and changes nothing.
 author:
   - gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
@@ -169,6 +179,7 @@ backup_file:
 """
 
 import os
+import re
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -247,9 +258,17 @@ def check_params(module):
         module.fail_json(msg="%s; path must name the spec file; nothing was changed" % problem)
 
 
+def _is_nvidia_gpu_spec(text):
+    """a CDI spec of kind nvidia.com/gpu"""
+    # the spec at path is written whole: replaced (or removed) only when it is one of ours, or nvidia-ctk's that this
+    # module replaces -- never through a symbolic link, never over another file (see _files.ownership_problem)
+    return any(re.fullmatch(r'[ \t]*"?kind"?[ \t]*:[ \t]*"?nvidia\.com/gpu"?[ \t]*,?[ \t]*', line)
+               for line in text.splitlines())
+
+
 def _write(module, fn, *args, **kwargs):
     try:
-        return fn(module, *args, **kwargs)
+        return fn(module, *args, owned=_is_nvidia_gpu_spec, **kwargs)
     except OSError as e:
         module.fail_json(msg="cannot write %s: %s" % (module.params["path"], e))
 
@@ -267,9 +286,10 @@ def run(module):
         module.fail_json(msg=missing_required_lib("pynvml (nvidia-ml-py)"), exception=PYNVML_ERR)
     gpus = None
     used = "proc"
+    nvml_warnings = []
     if source in ("auto", "nvml") and HAS_PYNVML and p["root"] in ("/", ""):
         try:
-            gpus = gpus_from_nvml(pynvml, p["root"])
+            gpus = gpus_from_nvml(pynvml, p["root"], nvml_warnings)
             used = "nvml"
         except Exception as e:  # NVML present but unusable (no driver, no GPU)
             if source == "nvml":
@@ -281,7 +301,7 @@ def run(module):
                                 hook_path=p["hook_path"], all_device=p["all_device"])
     except GpuopsError as e:
         fail(module, e)
-    for w in info["warnings"]:
+    for w in nvml_warnings + info["warnings"]:
         module.warn(w)
     result = _write(module, ensure_file, p["path"], render(spec, p["path"]), mode=mode, backup=p["backup"],
                     enforce_mode=True)

@@ -73,6 +73,10 @@ attributes:
 notes:
   - Unreadable files become warnings; a host without NVIDIA devices is a normal answer
     with empty lists.
+  - Only regular files are read, never blocking and never more than a bound (64 KiB for a sysfs or procfs
+    attribute, 1 MiB for C(/proc/modules), 8 MiB for C(pci.ids), the first 256 KiB of C(/proc/cpuinfo)). A
+    FIFO, socket, device node or directory where a file should be, or a larger file, is not read and becomes a
+    warning (in RV(ansible_facts.gpu.warnings) too), so a node cannot make the module hang or flood the facts.
   - Without C(pynvml), or when the driver does not answer, no C(nvml) key is returned and
     a note says why.
   - Product, memory and compute capability come from NVML when it answered, else from a
@@ -210,6 +214,14 @@ ansible_facts:
           type: list
           elements: str
           returned: always
+        warnings:
+          description:
+            - The node files that could not be read and why (not a regular file, larger than its bound, an
+              error), as the module's warnings say them; empty when everything was read.
+          type: list
+          elements: str
+          returned: always
+          version_added: 0.3.0
 """
 
 import os

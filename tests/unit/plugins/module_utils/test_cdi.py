@@ -224,3 +224,72 @@ def test_wrapper_script_is_not_mounted_as_the_binary(h200):
     paths = [m["hostPath"] for m in spec["containerEdits"]["mounts"]]
     assert "/usr/bin/nvidia-smi" not in paths
     assert "/usr/local/nvidia/bin/nvidia-smi" in paths
+
+
+# -- CDI's name rules (container-device-interface pkg/parser: ValidateDeviceName, ValidateVendorName/ClassName) ----
+
+@pytest.mark.parametrize("name", ["0", "a", "all", "0:1", "GPU-0b231366-65a0-0fb7-6602-4823e36b7ca8",
+                                  "MIG-4a3bfc0e-8e0c-5d4e-9a46-1bc1a7cbf0c2", "a_b.c:d-e", "Z9"])
+def test_cdi_device_names_accepted(name):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import device_name_problem
+    assert device_name_problem(name) is None
+
+
+@pytest.mark.parametrize("name", ["", "-a", "a-", ":0", "0:", "_a", "a.", "a b", "a/b", "a=b", "a\n", "\u00e4",
+                                  "GPU-\u0661", "MIG-GPU-0b231366-65a0-0fb7-6602-4823e36b7ca8/1/0", "a,b", 7])
+def test_cdi_device_names_refused(name):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import device_name_problem
+    assert device_name_problem(name)
+
+
+@pytest.mark.parametrize("kind", ["nvidia.com/gpu\n", "nvidia.com/", "/gpu", "1nvidia.com/gpu", "nvidia.com/gpu-",
+                                  "nvidia com/gpu", "nvidia.com/gpu/x"])
+def test_a_kind_cdi_refuses_is_refused_before_anything(h200, kind):
+    with pytest.raises(CdiError, match="kind"):
+        build_spec(root=h200, kind=kind, library_dirs=["/usr/local/nvidia/lib64"])
+
+
+class OldMigUUIDs(FakeNVML):
+    """Drivers before R470 named MIG devices MIG-GPU-<uuid>/<gi>/<ci>: the '/' is no CDI device name."""
+
+    def nvmlDeviceGetUUID(self, h):
+        return UUID if h[0] == "gpu" else "MIG-%s/%d/%d" % (UUID, h[1], h[2])
+
+
+def test_an_nvml_mig_uuid_cdi_cannot_name_is_left_out_with_a_warning(h200):
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import gpus_from_nvml
+    base = h200 + "/proc/driver/nvidia/capabilities/gpu0/mig"
+    _touch(base + "/gi3/access", "DeviceFileMinor: 30\n")
+    _touch(base + "/gi3/ci0/access", "DeviceFileMinor: 31\n")
+    gpus = gpus_from_nvml(OldMigUUIDs(mig=[(3, 0)]), h200)
+    spec, info = build_spec(root=h200, gpus=gpus, library_dirs=["/usr/local/nvidia/lib64"])
+    assert info["device_names"] == ["0:0", "all"]
+    assert any("MIG-%s/3/0" % UUID in w and "device name" in w for w in info["warnings"]), info["warnings"]
+
+
+def test_a_repeated_uuid_is_left_out_with_a_warning(h200):
+    gpus = [{"index": 0, "minor": 0, "uuid": UUID, "bus": "0000:00:06.0", "mig": []},
+            {"index": 1, "minor": 0, "uuid": UUID, "bus": "0000:00:07.0", "mig": []}]
+    spec, info = build_spec(root=h200, gpus=gpus, library_dirs=["/usr/local/nvidia/lib64"])
+    assert info["device_names"] == ["0", UUID, "1", "all"]
+    assert any(repr(UUID) in w and "0000:00:07.0" in w for w in info["warnings"]), info["warnings"]
+
+
+def test_mig_directories_sort_by_number(h200):
+    base = h200 + "/proc/driver/nvidia/capabilities/gpu0/mig"
+    for gi in (10, 2, 1):
+        _touch(base + "/gi%d/access" % gi, "DeviceFileMinor: %d\n" % (gi * 10))
+        _touch(base + "/gi%d/ci0/access" % gi, "DeviceFileMinor: %d\n" % (gi * 10 + 1))
+    gpus = gpus_from_proc(h200)
+    assert [(m["gi"], m["gi_cap"], m["ci_cap"]) for m in gpus[0]["mig"]] == [(1, 10, 11), (2, 20, 21), (10, 100, 101)]
+
+
+@pytest.mark.parametrize("version", ["580.1/../../../../etc", "580.*", "\u0665\u0668\u0660.1", "580.95.05\nx", "580"])
+def test_a_driver_version_that_is_no_version_is_not_used(tmp_path, version):
+    """The version names library files, firmware directories and a hook argument: only digits and dots."""
+    root = str(tmp_path)
+    _touch(root + "/sys/module/nvidia/version", version + "\n")
+    with pytest.raises(CdiError, match="no NVIDIA driver found") as exc:
+        build_spec(root=root)
+    assert repr(version) in str(exc.value)
+

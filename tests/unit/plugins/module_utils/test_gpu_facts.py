@@ -177,6 +177,11 @@ class TestSynthetic:
         assert "kernel" not in facts and "driver" not in facts and "iommu" not in facts
         assert facts["count"] == 8
 
+    @pytest.mark.parametrize("name", ["h200", "hgx-h100", "workstation", "passthrough", "iommu-off", "nouveau", "no-gpu"])
+    def test_every_node_root_reads_without_warnings_and_the_facts_say_so(self, roots, name):
+        facts, warnings = gather(roots[name])
+        assert warnings == [] and facts["warnings"] == []
+
     def test_unreadable_attribute_is_a_warning(self, tmp_path):
         import noderoots
 
@@ -188,7 +193,8 @@ class TestSynthetic:
         os.mkdir(numa)  # reading a directory fails: must become a warning
         facts, warnings = gather(root)
         assert facts["count"] == 1 and facts["devices"][0]["numa_node"] is None
-        assert any("numa_node" in w for w in warnings)
+        assert any("numa_node is a directory" in w for w in warnings)
+        assert facts["warnings"] == warnings
 
 
 class TestPureFunctions:

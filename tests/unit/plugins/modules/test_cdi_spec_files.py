@@ -1,8 +1,9 @@
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0
 """cdi_spec writes its file safely (issue 15, defect 6): the requested ``mode`` is applied (also
-when the content does not change, also to a new file whatever the umask), a symlinked spec is
-written through the link, check mode changes nothing."""
+when the content does not change, also to a new file whatever the umask), check mode changes nothing.
+The spec is written whole (issue 30, defect 11): a symlink at its path is refused, never written through,
+and a file there is replaced only when it is a CDI spec of kind nvidia.com/gpu."""
 from __future__ import annotations
 
 import os
@@ -14,6 +15,8 @@ from ansible_collections.gpuops.nvidia.plugins.modules import cdi_spec
 
 VER = "580.159.04"
 UUID = "GPU-0b231366-65a0-0fb7-6602-4823e36b7ca8"
+#: a spec an earlier run (or nvidia-ctk cdi generate) left: the module's to replace
+OLD_SPEC = "---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n"
 
 
 def _touch(path, content=""):
@@ -77,7 +80,7 @@ def test_mode_is_enforced_when_the_content_does_not_change(root, tmp_path, capsy
 
 def test_mode_is_enforced_when_the_content_changes(root, tmp_path, capsys):
     spec = tmp_path / "cdi" / "nvidia.yaml"
-    _touch(str(spec), "old: spec\n")
+    _touch(str(spec), OLD_SPEC)
     os.chmod(str(spec), 0o644)
     rc, res = cdi(capsys, root=root, path=str(spec), mode="0600")
     assert res["changed"] and mode_of(spec) == 0o600 and "nvidia.com/gpu" in spec.read_text()
@@ -85,23 +88,34 @@ def test_mode_is_enforced_when_the_content_changes(root, tmp_path, capsys):
 
 def test_owner_is_kept(root, tmp_path, capsys):
     spec = tmp_path / "cdi" / "nvidia.yaml"
-    _touch(str(spec), "old: spec\n")
+    _touch(str(spec), OLD_SPEC)
     os.chown(str(spec), 1234, 2345)
     cdi(capsys, root=root, path=str(spec))
     s = os.stat(str(spec))
     assert (s.st_uid, s.st_gid) == (1234, 2345)
 
 
-def test_a_symlinked_spec_is_written_through_the_link(root, tmp_path, capsys):
+def test_a_symlinked_spec_is_refused_not_written_through(root, tmp_path, capsys):
     real = tmp_path / "specs" / "nvidia.yaml"
-    _touch(str(real), "old: spec\n")
+    _touch(str(real), OLD_SPEC)
     link = tmp_path / "cdi" / "nvidia.yaml"
     os.makedirs(str(link.parent))
     os.symlink(str(real), str(link))
     rc, res = cdi(capsys, root=root, path=str(link), mode="0640")
-    assert res["changed"] and os.path.islink(str(link)) and os.readlink(str(link)) == str(real)
-    assert "nvidia.com/gpu" in real.read_text() and mode_of(real) == 0o640
+    assert res.get("failed") and "symbolic link" in res["msg"] and str(link) in res["msg"], res
+    assert os.path.islink(str(link)) and real.read_text() == OLD_SPEC
     assert sorted(os.listdir(str(link.parent))) == ["nvidia.yaml"]
+
+
+def test_json_and_yaml_specs_of_ours_are_replaced(root, tmp_path, capsys):
+    for name in ("nvidia.yaml", "nvidia.json"):
+        spec = tmp_path / "cdi" / name
+        rc, res = cdi(capsys, root=root, path=str(spec))
+        assert res["changed"], res
+        written = spec.read_text()
+        _touch(str(spec), written.replace("nvidia0", "nvidia9"))       # edited: still a spec of our kind
+        rc, res = cdi(capsys, root=root, path=str(spec))
+        assert res["changed"] and not res.get("failed") and spec.read_text() == written, res
 
 
 @pytest.mark.parametrize("bad", ["rw-r--r--", "99", "-1", "017777"])
