@@ -13,7 +13,11 @@ multi-file edits, :func:`write_atomic` under :func:`file_lock`) so that:
 - writes are atomic: a temp file on the target's file system (``<parent>/.gpuops-tmp/``, never inside a
   directory a daemon loads whole), fsync'd, renamed over the target; a reader sees the old or the new
   content, never a mix; temp files of killed runs are removed by the next write;
-- a symlink is written *through*: the link's target is replaced, the link stays;
+- a symlink is written *through*: the link's target is replaced, the link stays -- for a config the module
+  edits (the user's own file: containerd's, CRI-O's, /etc/kernel/cmdline).  A file a module writes WHOLE
+  (``owned``: its udev rules, modprobe.d and modules-load.d files, units, drop-ins, records, CDI specs) is
+  never written through a link, and an existing file there that is not the module's own is refused
+  (:func:`ownership_problem`), before anything changes;
 - an existing file keeps its mode and owner unless a mode is asked for
   (``enforce_mode``); a new file gets exactly ``mode``, whatever the umask;
 - backups go next to the file (named like ``module.backup_local`` names them) or, with ``backup_dir``,
@@ -56,6 +60,11 @@ class FileError(OSError, HostError):
     """A file the module must read or replace cannot be: a directory, FIFO or device where a regular
     file is expected, a parent that is not a directory, no permission, not UTF-8 text.  ``str()`` is a
     sentence naming the path; nothing has been changed when it is raised."""
+
+
+class ForeignFileError(FileError):
+    """A file a module writes whole is not its own to replace or remove: a symbolic link (to a file the
+    module did not write), or a file without the module's marker (see :func:`ownership_problem`)."""
 
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
@@ -151,12 +160,74 @@ def path_problem(value, option):
     return None
 
 
-def target_problem(path):
+def ownership_problem(path, owned, content=None):
+    """Why a module must not replace or remove ``path``, a file it writes whole, or None.
+
+    ``owned`` says what the module's own file is:
+
+    - None or False: not a whole file of the module (a config it edits): nothing to check here;
+    - True: the module's own by its path alone (its content is checked by the module's parser, e.g. a JSON
+      state file): it must not be a symbolic link;
+    - a string, the marker every file of the module starts with (its ``# Managed by ...`` header): not a
+      symbolic link, and an existing regular file must start with the marker -- or already hold exactly
+      ``content`` (the text the module would write), which is as good as the module's own;
+    - a callable ``text -> bool`` (its docstring names the kind of file): the same, the callable deciding.
+
+    A symbolic link is refused whatever it points at: writing through it would replace a file the module did
+    not write (``/etc/fstab`` behind a udev rule's name), and removing it would leave that file behind.
+    Anything that is not a regular file is :func:`target_problem`'s to name.
+    """
+    if not owned:
+        return None
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return "cannot reach %s: %s" % (path, e.strerror or e)
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return ("%s is a symbolic link (to %s): the module writes this file whole and never through a link "
+                "(that would replace or leave behind a file it did not write); remove the link, then rerun"
+                % (path, target))
+    if owned is True or not stat.S_ISREG(st.st_mode):
+        return None
+    try:
+        data = read_bytes_of(path)
+    except FileError as e:
+        return str(e)
+    if data is None or (content is not None and data == content.encode("utf-8")):
+        return None
+    try:
+        text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError:
+        text = None
+    if callable(owned):
+        if text is not None and owned(text):
+            return None
+        kind = (owned.__doc__ or "").strip() or "a file of the kind the module writes"
+        why = "it is not %s" % kind
+    else:
+        if text is not None and text.startswith(owned):
+            return None
+        why = "its first line is not %r" % owned.splitlines()[0]
+    return ("%s exists and was not written by gpuops.nvidia (%s): it is neither replaced nor removed; move it "
+            "away (keep what you need from it elsewhere), then rerun" % (path, why))
+
+
+def target_problem(path, owned=None, content=None):
     """Why the regular file ``path`` cannot be read, created or replaced, or None.
 
     Checked before anything changes: ``path`` (when it exists) must be a regular file (symlinks are
-    followed) and the nearest existing directory above it must be a directory.
+    followed, unless ``owned``: see :func:`ownership_problem`, with ``content`` the text the module would
+    write, None for a removal) and the nearest existing directory above it must be a directory.
     """
+    problem = ownership_problem(path, owned, content)
+    if problem:
+        return problem
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -418,10 +489,11 @@ def _drop_temp_dir(tmpdir):
         pass
 
 
-def write_atomic(module, path, data, mode=None, owner=None, default_mode=0o644):
+def write_atomic(module, path, data, mode=None, owner=None, default_mode=0o644, follow_links=True):
     """Atomically make the file at ``path`` hold the bytes ``data``.
 
-    A symlink is followed: its target is replaced, the link is kept.  ``mode``
+    A symlink is followed: its target is replaced, the link is kept (``follow_links=False``: the link itself
+    is replaced by the file; the directories above are still resolved).  ``mode``
     enforces the permission bits; None keeps the existing file's (``default_mode``
     for a new file).  ``owner`` (uid, gid) enforces the owner; None keeps the
     existing file's.  Returns the real path written.  On any error the target is
@@ -432,12 +504,15 @@ def write_atomic(module, path, data, mode=None, owner=None, default_mode=0o644):
     own directory when the parent is on another file system or not writable.  Temp files a killed run left
     (their pid is gone) are removed by the next write of the same file.
     """
-    real = os.path.realpath(path)
+    if follow_links:
+        real = os.path.realpath(path)
+    else:
+        real = os.path.join(os.path.realpath(os.path.dirname(path) or "."), os.path.basename(path))
     directory = os.path.dirname(real) or "."
     if not os.path.isdir(directory):
         os.makedirs(directory, mode=0o755)
     try:
-        st = os.stat(real)
+        st = os.stat(real) if follow_links else os.lstat(real)
     except FileNotFoundError:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
@@ -547,7 +622,7 @@ def _nolock():
 
 
 def ensure_file(module, path, content, mode=0o644, backup=False, diff_label=None, enforce_mode=False,
-                backup_dir=None, lock=True):
+                backup_dir=None, lock=True, owned=None):
     """Make ``path`` hold exactly ``content``.
 
     ``content`` is the text, or a callable given the current text (None when the
@@ -557,12 +632,25 @@ def ensure_file(module, path, content, mode=0o644, backup=False, diff_label=None
     right).  Returns a dict with ``changed``, ``diff`` (before/after, only when
     the module runs with --diff) and ``backup_file`` (when a backup was taken).
     Nothing is written in check mode.  The write is atomic and goes through
-    symlinks.
+    symlinks -- unless ``owned`` (a file the module writes whole, see :func:`ownership_problem`): then a
+    symlink, or a file that is not the module's own, raises :class:`ForeignFileError` (in check mode too)
+    and nothing is written.
     """
     with (file_lock(path) if lock and not module.check_mode else _nolock()):
-        before = read_text(path)
+        if owned and os.path.islink(path):       # refused before anything is read through it
+            raise ForeignFileError(ownership_problem(path, owned))
+        try:
+            before = read_text(path)
+        except FileError:
+            data = read_bytes_of(path) if owned is True else None
+            if data is None:
+                raise
+            before = data.decode("utf-8", "replace")   # the module's own file, not text: replaced whole
         if callable(content):
             content = content(before)
+        problem = ownership_problem(path, owned, content)
+        if problem:
+            raise ForeignFileError(problem)
         have_mode = current_mode(path) if before is not None else None
         mode_changes = bool(enforce_mode and before is not None and have_mode != mode)
         result = {"changed": before != content or mode_changes, "path": path}
@@ -585,15 +673,20 @@ def ensure_file(module, path, content, mode=0o644, backup=False, diff_label=None
             if backup and before is not None:
                 result["backup_file"] = backup_copy(module, path, backup_dir)
             write_atomic(module, path, content.encode("utf-8"),
-                         mode=mode if (enforce_mode or before is None) else None)
+                         mode=mode if (enforce_mode or before is None) else None, follow_links=not owned)
         else:
             os.chmod(os.path.realpath(path), mode)
         return result
 
 
-def remove_file(module, path, backup=False, backup_dir=None):
-    """Remove ``path`` if present (check-mode aware), with optional backup."""
+def remove_file(module, path, backup=False, backup_dir=None, owned=None):
+    """Remove ``path`` if present (check-mode aware), with optional backup.  With ``owned`` (a file the module
+    writes whole, see :func:`ownership_problem`) a symlink or a file that is not the module's own raises
+    :class:`ForeignFileError` (in check mode too) and stays."""
     with (file_lock(path) if not module.check_mode else _nolock()):
+        problem = ownership_problem(path, owned)
+        if problem:
+            raise ForeignFileError(problem)
         before = read_text(path)
         result = {"changed": before is not None, "path": path}
         if module._diff:
@@ -606,17 +699,21 @@ def remove_file(module, path, backup=False, backup_dir=None):
         return result
 
 
-def write_planned_files(module, root, planned, files, diffs, actions, what):
+def write_planned_files(module, root, planned, files, diffs, actions, what, owned=None):
     """Write the persistence files a run planned, after it changed the runtime state (``actions``).
 
     ``planned``: {host path: content}, written in its order (under the node-root tree ``root``, see host_path), mode
-    0644; content None removes the file.  ``files[path]`` becomes True when the file changed (or had already, in this
+    0644; content None removes the file.  ``owned``: what makes a file the module's own (see
+    :func:`ownership_problem`), one for every file or {host path: owned}; check it with :func:`target_problem`
+    before the runtime change, too.  ``files[path]`` becomes True when the file changed (or had already, in this
     run); each file's diff is appended to ``diffs``.  A file that cannot be written fails the module: ``what`` (the
     runtime state, e.g. "the drivers") is as reported in actions, but not persistent.  Returns ``files``."""
     for path, content in planned.items():
         target = host_path(root, path)
+        own = owned.get(path) if isinstance(owned, dict) else owned
         try:
-            r = remove_file(module, target) if content is None else ensure_file(module, target, content, mode=0o644)
+            r = (remove_file(module, target, owned=own) if content is None
+                 else ensure_file(module, target, content, mode=0o644, owned=own))
         except OSError as exc:
             module.fail_json(msg="cannot write %s: %s; %s are as reported in actions, but their persistence "
                                  "across reboots is incomplete: fix the file and rerun" % (target, exc, what),

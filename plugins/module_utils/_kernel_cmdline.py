@@ -38,9 +38,9 @@ ARG_RULE = ('expected key or key=value (key: letters, digits, "_", "-", "."; a v
             '_.,:/=+@!%~^#- only, or is double-quoted as a whole, key="a b", and may then also hold spaces and '
             ';&|<>()[]{}*?; never $, backticks, \\, single quotes, control characters or non-ASCII)')
 # ours: GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT}"' a b'   (the addition single-quoted)
-GRUB_LINE_RE = re.compile(r"""^GRUB_CMDLINE_LINUX_DEFAULT="\$\{GRUB_CMDLINE_LINUX_DEFAULT\}"(?P<quoted>(?:'[^']*'|\\')+)[ \t]*$""", re.M)
+GRUB_LINE_RE = re.compile(r"""GRUB_CMDLINE_LINUX_DEFAULT="\$\{GRUB_CMDLINE_LINUX_DEFAULT\}"(?P<quoted>(?:'[^']*'|\\')+)[ \t]*""")
 # written by versions before the quoting fix (read so that such a drop-in is recognised and rewritten)
-GRUB_OLD_LINE_RE = re.compile(r'^GRUB_CMDLINE_LINUX_DEFAULT="\$\{GRUB_CMDLINE_LINUX_DEFAULT\}(?: (?P<args>[^"]*))?"\s*$', re.M)
+GRUB_OLD_LINE_RE = re.compile(r'GRUB_CMDLINE_LINUX_DEFAULT="\$\{GRUB_CMDLINE_LINUX_DEFAULT\}(?: (?P<args>[^"]*))?"\s*')
 
 
 class CmdlineError(InputError):
@@ -63,6 +63,35 @@ def split_cmdline(text):
     if cur:
         out.append(cur)
     return out
+
+
+#: one token of a command line as split_cmdline splits it (double quotes keep spaces; an unclosed one runs to the end)
+TOKEN_RE = re.compile(r'(?:[^\s"]|"[^"]*"?)+')
+
+
+def kernel_part(text):
+    """``(kernel tokens, init's arguments)`` of a command line: the tokens before its first bare ``--`` (the kernel's
+    parameters: the kernel stops there and hands the rest to init), and the text after it, verbatim but for the
+    surrounding whitespace (None when there is no ``--``)."""
+    text = text or ""
+    for m in TOKEN_RE.finditer(text):
+        if m.group() == "--":
+            return split_cmdline(text[:m.start()]), text[m.end():].strip()
+    return split_cmdline(text), None
+
+
+def kernel_args(tokens):
+    """The tokens before the first bare ``--`` (the kernel's parameters)."""
+    tokens = list(tokens)
+    return tokens[:tokens.index("--")] if "--" in tokens else tokens
+
+
+def join_cmdline(tokens, init=None):
+    """A command line from kernel tokens and, when not None, init's arguments after ``--`` (one line, newline)."""
+    parts = list(tokens)
+    if init is not None:
+        parts += ["--"] + ([init] if init else [])
+    return " ".join(parts) + "\n"
 
 
 def canonical(token):
@@ -196,11 +225,12 @@ def parse_grub_dropin(text):
     """
     if not text:
         return []
-    m = GRUB_LINE_RE.search(text)
+    lines = text.splitlines()
+    m = next((x for x in map(GRUB_LINE_RE.fullmatch, lines) if x), None)
     if m:
         args = split_cmdline(_sh_unquote(m.group("quoted")))
     else:
-        m = GRUB_OLD_LINE_RE.search(text)
+        m = next((x for x in map(GRUB_OLD_LINE_RE.fullmatch, lines) if x), None)
         args = split_cmdline(m.group("args") or "") if m else []
     bad = [a for a in args if why_malformed(a)]
     if bad:
@@ -258,9 +288,11 @@ def plan_grub(dropin_text, base_tokens, args, state, strict=True):
 # --- systemd-boot / kernel-install ---------------------------------------------------
 
 def plan_cmdline_file(text, args, state):
-    tokens = split_cmdline(text or "")
+    """``(new text, kernel tokens after)`` of /etc/kernel/cmdline: ``args`` applied to the kernel's parameters only;
+    init's arguments after ``--`` are kept as they are (they go to init at the next boot, as before)."""
+    tokens, init = kernel_part(text)
     new = apply_args(tokens, args, state)
-    return (" ".join(new) + "\n") if new != tokens or text is None else text, new
+    return join_cmdline(new, init) if new != tokens or text is None else text, new
 
 
 # --- detection ---------------------------------------------------------------------

@@ -52,9 +52,13 @@ METHODS = ("auto", "sysfs", "sriov-manage")
 MAX = "max"
 HEADER = "# Managed by gpuops.nvidia.sriov_vfs -- do not edit.\n"
 _BDF = r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
-UDEV_RE = re.compile(r'^ACTION=="add\|bind", SUBSYSTEM=="pci", KERNEL=="(%s)", DRIVER=="([A-Za-z0-9_.-]+)", '
-                     r'ATTR\{sriov_numvfs\}="([0-9]+)"$' % _BDF, re.M)
-UNIT_RE = re.compile(r"^ExecStart=(/\S+) -e (%s)$" % _BDF, re.M)
+DRIVER_RE = re.compile(r"[A-Za-z0-9_.-]+")
+#: one line of our udev rule (matched whole)
+UDEV_RE = re.compile(r'ACTION=="add\|bind", SUBSYSTEM=="pci", KERNEL=="(%s)", DRIVER=="(%s)", '
+                     r'ATTR\{sriov_numvfs\}="([0-9]+)"' % (_BDF, DRIVER_RE.pattern))
+#: one ExecStart= line of our unit that runs the tool (matched whole): the tool as exec_word writes it -- a plain word,
+#: or double-quoted with ``%`` doubled -- or as versions before the quoting wrote a plain path
+UNIT_RE = re.compile(r'ExecStart=(?P<tool>"/(?:[^"\'\\%%$\x00-\x1f\x7f]|%%%%)*"|/[^\s"\'\\%%$]*) -e (?P<bdf>%s)' % _BDF)
 #: seconds to wait for the kernel (or sriov-manage) to show the new count and its virtfn links
 WAIT_TIMEOUT = 10.0
 #: seconds the boot unit waits for a GPU's driver to bind before it gives up on that GPU
@@ -84,10 +88,20 @@ class SriovApplyError(ApplyError):
 # --- readers ------------------------------------------------------------------------------------------
 
 def _int(value):
+    """An integer from sysfs text or an option: ASCII digits only (Python's int() also takes '\u0661\u0662',
+    and str.isdigit() says yes to '\u00b2', which int() refuses); None for anything else."""
+    if isinstance(value, str):
+        value = value.strip()
+        return int(value) if re.fullmatch(r"-?[0-9]+", value) else None
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
+
+
+def is_digits(text):
+    """``text`` is one or more ASCII digits (and nothing else)."""
+    return isinstance(text, str) and re.fullmatch(r"[0-9]+", text) is not None
 
 
 def dev_path(root, bdf, *parts):
@@ -103,7 +117,7 @@ def virtfns(root, pf):
         return []
     out = []
     for n in names:
-        if n.startswith("virtfn") and n[6:].isdigit():
+        if n.startswith("virtfn") and is_digits(n[6:]):
             target = link_name(os.path.join(base, n))
             if target:
                 out.append((int(n[6:]), target))
@@ -123,7 +137,7 @@ def vfio_holders(root):
     proc = sysfs_path(root, "proc")
     out = {}
     try:
-        pids = [p for p in os.listdir(proc) if p.isdigit()]
+        pids = [p for p in os.listdir(proc) if is_digits(p)]
     except OSError:
         return out
     for pid in pids:
@@ -275,13 +289,69 @@ def parse_num_vfs(value, state):
 # --- persistence -----------------------------------------------------------------------------------------
 
 def parse_udev(text):
-    """``{pf: {"driver", "num_vfs"}}`` from our udev rule (lines this module wrote; anything else is ignored)."""
-    return {b: {"driver": d, "num_vfs": int(n)} for b, d, n in UDEV_RE.findall(text or "")}
+    """``{pf: {"driver", "num_vfs"}}`` from our udev rule (whole lines this module wrote; anything else is ignored)."""
+    out = {}
+    for line in (text or "").splitlines():
+        m = UDEV_RE.fullmatch(line)
+        if m:
+            out[m.group(1)] = {"driver": m.group(2), "num_vfs": int(m.group(3))}
+    return out
+
+
+# systemd unit files (systemd.syntax(7), systemd.service(5) "Command lines", systemd.unit(5) "Specifiers"): an
+# ExecStart= line is split into words like a shell does (double quotes keep spaces), "%" starts a specifier everywhere
+# ("%%" is a "%"), and "$VAR" / "${VAR}" in the arguments -- argv[0] included -- is replaced from the environment when
+# the command runs ("$$" is a "$"), while the executable's path itself is taken as written: a "$" in the path cannot be
+# written both ways at once.  systemd refuses an executable path holding a quote, a backslash or a control character
+# ("Executable name contains special characters", whatever the escaping).  A Condition*= value is the rest of the
+# line: no quotes, no escapes, "%" as above, trailing whitespace dropped.  So the tool is written double-quoted with
+# "%" doubled, and a path holding any of the others is refused.
+
+def tool_problem(tool, option="sriov_manage"):
+    """Why the path ``tool`` cannot be written into our unit (ExecStart= and ConditionPathExists=), or None."""
+    if not isinstance(tool, str) or not tool.startswith("/"):
+        return "%s must be an absolute path, got %r" % (option, tool)
+    if any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 or c in "\u2028\u2029" for c in tool):
+        return ("%s must not hold a newline or another control character (%r): it is written into a systemd unit, "
+                "where a newline starts a new directive" % (option, tool))
+    if any(c in tool for c in "\"'\\"):
+        return ("%s must not hold a quote or a backslash (%r): systemd refuses such an executable path in a unit"
+                % (option, tool))
+    if "$" in tool:
+        return ("%s must not hold '$' (%r): systemd expands $VAR in a command's arguments (argv[0] included) but not "
+                "in its path, so no spelling means this path to both" % (option, tool))
+    if tool != tool.rstrip():
+        return "%s must not end in whitespace (%r): systemd drops it from ConditionPathExists=" % (option, tool)
+    return None
+
+
+def exec_word(tool):
+    """The path ``tool`` as the first word of an ExecStart= line: as it is when it holds only plain characters (units
+    written before the quoting stay the same), else double-quoted with ``%`` doubled.  Raises SriovError for a path
+    that cannot be written (see :func:`tool_problem`)."""
+    problem = tool_problem(tool)
+    if problem:
+        raise SriovError(problem)
+    if re.fullmatch(r"[A-Za-z0-9/_.+:@,=-]+", tool):
+        return tool
+    return '"%s"' % tool.replace("%", "%%")
+
+
+def _unexec_word(word):
+    """Inverse of :func:`exec_word` (also reads the bare word of earlier versions)."""
+    if word.startswith('"'):
+        return word[1:-1].replace("%%", "%")
+    return word
 
 
 def parse_unit(text):
-    """``{pf: {"tool"}}`` from our systemd unit."""
-    return {b: {"tool": t} for t, b in UNIT_RE.findall(text or "")}
+    """``{pf: {"tool"}}`` from our systemd unit: its whole ``ExecStart=<tool> -e <PF>`` lines, the tool unquoted."""
+    out = {}
+    for line in (text or "").splitlines():
+        m = UNIT_RE.fullmatch(line)
+        if m:
+            out[m.group("bdf")] = {"tool": _unexec_word(m.group("tool"))}
+    return out
 
 
 def render_udev(records):
@@ -291,30 +361,38 @@ def render_udev(records):
              "# SR-IOV VF counts, written again whenever the PF's driver binds (at boot, after a driver reload);",
              "# the kernel takes the count it already has as a no-op."]
     for bdf, r in sorted(records.items()):
+        if not DRIVER_RE.fullmatch(r["driver"] or ""):
+            raise SriovError("%s: its driver's name %r cannot go into a udev rule" % (bdf, r["driver"]))
         lines.append('ACTION=="add|bind", SUBSYSTEM=="pci", KERNEL=="%s", DRIVER=="%s", ATTR{sriov_numvfs}="%d"'
                      % (bdf, r["driver"], r["num_vfs"]))
     return "\n".join(lines) + "\n"
 
 
 def render_unit(records, tool=SRIOV_MANAGE):
+    """The unit for ``records`` (``{pf: {"tool"}}``; a record without one runs ``tool``), or None for none.
+
+    Each PF runs its own record's tool; the unit runs only when every tool it names exists (one
+    ConditionPathExists= per tool: a host whose vGPU driver is gone skips the unit instead of failing it)."""
     if not records:
         return None
+    tools = {bdf: (r.get("tool") or tool) for bdf, r in records.items()}
+    words = {t: exec_word(t) for t in set(tools.values())}
     out = [HEADER.rstrip("\n"),
            "# SR-IOV VFs of NVIDIA GPUs, enabled at boot by NVIDIA's sriov-manage (the nvidia driver does not take a",
            "# direct sriov_numvfs write): after the driver and the vGPU manager, before the hypervisor and the kubelet.",
            "[Unit]",
            "Description=gpuops.nvidia: SR-IOV virtual functions of the vGPU host's GPUs",
            "After=%s" % " ".join(UNIT_AFTER),
-           "Before=%s" % " ".join(UNIT_BEFORE),
-           "ConditionPathExists=%s" % tool,
-           "",
-           "[Service]",
-           "Type=oneshot",
-           "RemainAfterExit=yes"]
+           "Before=%s" % " ".join(UNIT_BEFORE)]
+    out += ["ConditionPathExists=%s" % t.replace("%", "%%") for t in sorted(words)]
+    out += ["",
+            "[Service]",
+            "Type=oneshot",
+            "RemainAfterExit=yes"]
     for bdf in sorted(records):
         out.append("ExecStart=/usr/bin/timeout %d /bin/sh -c 'until [ -e /sys/bus/pci/devices/%s/driver ]; "
                    "do sleep 0.5; done'" % (UNIT_DRIVER_WAIT, bdf))
-        out.append("ExecStart=%s -e %s" % (tool, bdf))
+        out.append("ExecStart=%s -e %s" % (words[tools[bdf]], bdf))
     out += ["TimeoutStartSec=%d" % (UNIT_DRIVER_WAIT * (len(records) + 1)), "", "[Install]", "WantedBy=multi-user.target"]
     return "\n".join(out) + "\n"
 
@@ -378,6 +456,10 @@ def plan(root, devices, state, num_vfs, method="auto", persistent=True, udev_tex
             errors.append("%s has no driver bound: the kernel creates VFs through the PF's driver (sriov_numvfs); bind "
                           "its driver first" % where)
             continue
+        elif state == "present" and persistent and not DRIVER_RE.fullmatch(pf["driver"] or ""):
+            errors.append("%s: its driver's name cannot go into a udev rule (letters, digits, '_', '.' and '-' only)"
+                          % where)
+            continue
         if pf["vfs"]:
             if holders is None:
                 holders = vfio_holders(root)
@@ -404,6 +486,8 @@ def plan(root, devices, state, num_vfs, method="auto", persistent=True, udev_tex
                 udev[bdf] = {"driver": pf["driver"], "num_vfs": want}
             else:
                 unit[bdf] = {"tool": tool}
+    if state == "present" and persistent and any(r["tool"] == tool for r in unit.values()) and tool_problem(tool):
+        errors.append(tool_problem(tool))
     if errors:
         raise SriovError("; ".join(errors) + "; nothing was changed")
     return {"devices": report, "actions": actions, "notes": notes,

@@ -49,7 +49,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import (
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import ApplyError, InputError
 
 NAME_CACHE = "/var/lib/gpuops/vgpu-types.json"
-FILTER_RE = re.compile(r"^0x[0-9A-Fa-f]{8}(:0x[0-9A-Fa-f]{8})?$")
+FILTER_RE = re.compile(r"0x[0-9A-Fa-f]{8}(:0x[0-9A-Fa-f]{8})?")     # matched whole
+BDF_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 GPU_CLASSES = ("0300", "0302")
 VENDOR_VFIO = "vendor-vfio"
 MDEV = "mdev"
@@ -77,7 +78,7 @@ def parse_creatable(text):
     """``[(type id, name)]`` of a ``creatable_vgpu_types`` file; the header and anything not ``<id> : <name>`` skipped."""
     out = []
     for line in (text or "").splitlines():
-        m = re.match(r"^\s*([0-9]+)\s*:\s*(.+?)\s*$", line)
+        m = re.fullmatch(r"\s*([0-9]+)\s*:\s*(.+?)\s*", line)
         if m:
             out.append((int(m.group(1)), m.group(2)))
     return out
@@ -123,7 +124,7 @@ def _mdev_types(root, parent):
         name = read_attr(os.path.join(base, d, "name"))
         if name:
             avail = read_attr(os.path.join(base, d, "available_instances"))
-            out[d] = {"name": name, "available": int(avail) if (avail or "").isdigit() else 0}
+            out[d] = {"name": name, "available": int(avail) if _sriov.is_digits(avail) else 0}
     return out
 
 
@@ -166,7 +167,7 @@ def select(doc, name, gpus):
         flt = spec.get("device-filter")
         if flt is not None:
             flts = flt if isinstance(flt, list) else [flt]
-            if not flts or any(not isinstance(f, str) or not FILTER_RE.match(f) for f in flts):
+            if not flts or any(not isinstance(f, str) or not FILTER_RE.fullmatch(f) for f in flts):
                 errors.append("%s: device-filter must be 0x<DEVICE><VENDOR> (e.g. 0x223610DE), optionally "
                               ":0x<SUBDEVICE><SUBVENDOR>, or a list of them; got %r" % (at, flt))
                 continue
@@ -192,15 +193,36 @@ def select(doc, name, gpus):
 
 # --- the name cache (type IDs seen in the GPU's catalogs, for when its VFs list only what is creatable now) ------------
 
-def load_cache(text):
+def parse_cache(text):
+    """``({pf: {type id: name}}, problem)`` from the cache file's text (None: no file).  ``problem`` is None for a cache
+    this module wrote, else what is wrong with it (not JSON, not the shape dump_cache writes, a type ID that is not
+    ASCII digits, a name that is not a string): what could be read is kept, and the caller rebuilds the file."""
+    if text is None:
+        return {}, None
     try:
-        data = json.loads(text) if text else {}
-    except ValueError:
-        return {}
+        data = json.loads(text)
+    except ValueError as exc:
+        return {}, "is not JSON (%s)" % exc
     if not isinstance(data, dict):
-        return {}
-    return {pf: {int(k): v for k, v in ids.items() if str(k).isdigit() and isinstance(v, str)}
-            for pf, ids in data.items() if isinstance(ids, dict)}
+        return {}, "is not a JSON object"
+    cache, bad = {}, []
+    for pf, ids in data.items():
+        if not BDF_RE.fullmatch(pf) or not isinstance(ids, dict):
+            bad.append(pf)
+            continue
+        cache[pf] = {}
+        for k, v in ids.items():
+            if _sriov.is_digits(k) and isinstance(v, str):
+                cache[pf][int(k)] = v
+            else:
+                bad.append("%s/%s" % (pf, k))
+    return cache, ("holds entries that are not PCI addresses with type IDs and names: %s" % ", ".join(
+        repr(b) for b in bad[:5]) + (" ..." if len(bad) > 5 else "")) if bad else None
+
+
+def load_cache(text):
+    """The cache from its text; what cannot be read is left out (see parse_cache)."""
+    return parse_cache(text)[0]
 
 
 def dump_cache(cache):
@@ -211,20 +233,21 @@ def dump_cache(cache):
 # --- planning -------------------------------------------------------------------------------------------------
 
 def _read(path):
+    """The text of the cache file for the boot-time apply; None when it is missing or unreadable (then rebuilt)."""
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             return f.read()
-    except OSError:
+    except (OSError, ValueError):
         return None
 
 
 def _vfio_state(root, gpu, holders, cache):
     slots, registry = [], dict(cache.get(gpu["bdf"], {}))
-    for tid, name in parse_creatable(_read(_sriov.dev_path(root, gpu["bdf"], "nvidia", "creatable_vgpu_types"))):
+    for tid, name in parse_creatable(read_attr(_sriov.dev_path(root, gpu["bdf"], "nvidia", "creatable_vgpu_types"))):
         registry.setdefault(tid, name)
     for i, vf in enumerate(gpu["vfs"]):
         u = _sriov.usage(root, vf, gpu["driver"], holders)
-        creatable = parse_creatable(_read(_sriov.dev_path(root, vf, "nvidia", "creatable_vgpu_types")))
+        creatable = parse_creatable(read_attr(_sriov.dev_path(root, vf, "nvidia", "creatable_vgpu_types")))
         for tid, name in creatable:
             registry.setdefault(tid, name)
         slots.append({"bdf": vf, "index": i, "driver": u["driver"], "current": u["vgpu_type"],
@@ -453,7 +476,7 @@ def apply_vfio(root, gp):
                 slot = None
                 for vf in gp["gpu"]["vfs"]:
                     if vf in idle and _current(root, vf) == 0 and tid in [t for t, _name in parse_creatable(
-                            _read(_sriov.dev_path(root, vf, "nvidia", "creatable_vgpu_types")))]:
+                            read_attr(_sriov.dev_path(root, vf, "nvidia", "creatable_vgpu_types")))]:
                         slot = vf
                         break
                 if slot is None:
@@ -518,7 +541,7 @@ def apply_mdev(root, gp, new_uuid=None):
                 parent = None
                 for p in idle:
                     avail = read_attr(_sriov.dev_path(root, p, "mdev_supported_types", d, "available_instances"))
-                    if (avail or "0").isdigit() and int(avail or 0) > 0:
+                    if _sriov.is_digits(avail) and int(avail) > 0:
                         parent = p
                         break
                 if parent is None:

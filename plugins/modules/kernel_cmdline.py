@@ -17,6 +17,13 @@ description:
     (or C(grub-mkconfig)); C(/etc/default/grub) itself is never rewritten.
   - RHEL-family hosts with BLS entries use C(grubby --update-kernel=ALL).
   - systemd-boot hosts get C(/etc/kernel/cmdline) edited, then C(kernel-install add) for the running kernel.
+    When that file does not exist it is created from the running command line (without C(BOOT_IMAGE=) and
+    C(initrd=)) only when an argument must change; a run that changes nothing (removing an argument that is not
+    set, adding one the running kernel already has) creates nothing and runs nothing.
+  - Arguments after a bare C(--) (in C(/proc/cmdline), C(/etc/kernel/cmdline) or the GRUB configuration) go to
+    init, not to the kernel. They never count as kernel arguments (not in RV(configured) or RV(running), never
+    removed or matched), and C(/etc/kernel/cmdline) keeps them verbatim after C(--), after the kernel arguments.
+    The GRUB drop-in can only append, so with a bare C(--) in the GRUB command line, O(state=present) is refused.
   - Returns RV(reboot_required) by comparing the requested state with the running C(/proc/cmdline).
 author:
   - gpuops.nvidia contributors (@gpuops)
@@ -111,6 +118,10 @@ notes:
     (double-quoted) is read and rewritten once. A drop-in edited by hand to hold a malformed argument is refused.
   - Arguments with quoted values are compared with C(/proc/cmdline) as the kernel parses them
     (V(key="a b") and V("key=a b") are the same parameter).
+  - The GRUB drop-in and the owners' records are this module's own files, written whole. A symbolic link at their
+    path, or a drop-in there without the module's C(# Managed by gpuops.nvidia.kernel_cmdline) header, is refused
+    before anything changes. C(/etc/kernel/cmdline) is the user's file (edited, not written whole), so it is
+    edited through a symbolic link the user made, like the container runtimes' configs.
   - The GRUB backend refuses to remove an argument that is set outside its drop-in (it says which file to edit).
     An argument whose key has another value in C(/etc/default/grub) (say V(intel_iommu=off)) is overridden;
     the drop-in's value comes later on the command line, and the kernel honours the last occurrence.
@@ -149,13 +160,13 @@ bootloader:
   type: str
   sample: grub
 configured:
-  description: The command-line arguments configured for the next boot (after the change).
+  description: The kernel arguments configured for the next boot (after the change; init's, after C(--), left out).
   returned: success
   type: list
   elements: str
   sample: ["console=ttyS0,115200", "intel_iommu=on", "iommu=pt"]
 running:
-  description: Arguments of the running kernel (C(/proc/cmdline)).
+  description: Arguments of the running kernel (C(/proc/cmdline) up to a bare C(--); what follows went to init).
   returned: success
   type: list
   elements: str
@@ -232,6 +243,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._kernel_cmdline import (
     GRUB_DROPIN,
+    HEADER,
     OWNER_RE,
     RECORD_DIR,
     REGEN_PENDING,
@@ -239,6 +251,9 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._kernel_cmdline impo
     apply_args,
     canonical,
     detect_bootloader,
+    join_cmdline,
+    kernel_args,
+    kernel_part,
     overridden,
     parse_grub_dropin,
     parse_record,
@@ -252,6 +267,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._kernel_cmdline impo
     unmet,
     validate_args,
 )
+
+PROC_CMDLINE = "/proc/cmdline"
 
 GRUB_BASE_SCRIPT = r"""
 [ -f /etc/default/grub ] && . /etc/default/grub
@@ -312,14 +329,14 @@ def _regenerate(module, bootloader):
         _run(module, [ki, "add", kver, image], pending=True)
 
 
-def _apply_file(module, path, plan_text, bootloader):
+def _apply_file(module, path, plan_text, bootloader, owned=None):
     """Make ``path`` hold ``plan_text(current text)[0]`` (None: absent) and regenerate the boot loader
     configuration; returns (result, configured tokens).
 
     The file is read, planned, written and the boot loader regenerated under the file's lock, so runs at once
     never lose each other's arguments.  A regeneration that failed in an earlier run is retried even though the
     file already matches: the REGEN_PENDING marker is written before the file changes and removed only after
-    the tool succeeded.
+    the tool succeeded.  ``owned``: the file is the module's own, written whole (see _files.ownership_problem).
     """
     regen = module.params["update_bootloader"]
     if regen and not module.check_mode:
@@ -334,9 +351,9 @@ def _apply_file(module, path, plan_text, bootloader):
         if regen and not module.check_mode and before != new_text and not pending:
             mark_pending(REGEN_PENDING, "bootloader=%s\nfile=%s\n" % (bootloader, path))
         if new_text is None:
-            r = remove_file(module, path, backup=module.params["backup"])
+            r = remove_file(module, path, backup=module.params["backup"], owned=owned)
         else:
-            r = ensure_file(module, path, new_text, mode=0o644, backup=module.params["backup"])
+            r = ensure_file(module, path, new_text, mode=0o644, backup=module.params["backup"], owned=owned)
         r["regenerated"] = False
         if regen and (r["changed"] or pending):
             r["changed"] = True
@@ -354,32 +371,38 @@ def _grub_base(module):
     return split_cmdline(_run(module, ["/bin/sh", "-c", GRUB_BASE_SCRIPT, "sh", GRUB_DROPIN]))
 
 
+def running_now():
+    """The running kernel's parameters: /proc/cmdline up to a bare ``--`` (what follows went to init)."""
+    return kernel_part(read_text(PROC_CMDLINE) or "")[0]
+
+
 def _grubby_current(module):
     grubby = module.get_bin_path("grubby", required=True)
     info = _run(module, [grubby, "--info=DEFAULT"])
-    m = re.search(r'^args="?(.*?)"?$', info, re.M)
-    return grubby, split_cmdline(m.group(1) if m else "")
+    m = next((x for x in (re.fullmatch(r'args="?(.*?)"?', line) for line in info.splitlines()) if x), None)
+    return grubby, kernel_args(split_cmdline(m.group(1) if m else ""))
 
 
 def _systemd_boot_text(text):
-    """/etc/kernel/cmdline's text; when absent, the running command line (what kernel-install uses then)."""
+    """/etc/kernel/cmdline's text; when absent, the running command line (what kernel-install uses then): the kernel's
+    parameters without the boot loader's BOOT_IMAGE= and initrd=, and init's arguments after ``--`` as they are."""
     if text is None:
-        text = read_text("/proc/cmdline") or ""
-        text = " ".join(t for t in split_cmdline(text) if not t.startswith(("BOOT_IMAGE=", "initrd="))) + "\n"
+        tokens, init = kernel_part(read_text(PROC_CMDLINE) or "")
+        text = join_cmdline([t for t in tokens if not t.startswith(("BOOT_IMAGE=", "initrd="))], init)
     return text
 
 
 def configured_now(module, bootloader):
     """The command line configured for the next boot, as this module sees it (before any change)."""
     if bootloader == "grub":
-        return _grub_base(module) + parse_grub_dropin(read_text(GRUB_DROPIN))
+        return kernel_args(_grub_base(module)) + parse_grub_dropin(read_text(GRUB_DROPIN))
     if bootloader == "grubby":
         return _grubby_current(module)[1]
-    return split_cmdline(_systemd_boot_text(read_text(SYSTEMD_BOOT_CMDLINE)))
+    return kernel_part(_systemd_boot_text(read_text(SYSTEMD_BOOT_CMDLINE)))[0]
 
 
 def do_grub(module, ops, strict=True):
-    base = _grub_base(module)
+    base = kernel_args(_grub_base(module))
     for args, state in ops:
         if state == "present":
             for arg in overridden(base, args):
@@ -391,7 +414,7 @@ def do_grub(module, ops, strict=True):
         for args, state in ops:
             text, configured = plan_grub(text, base, args, state, strict=strict)
         return text, configured
-    return _apply_file(module, GRUB_DROPIN, plan_text, "grub")
+    return _apply_file(module, GRUB_DROPIN, plan_text, "grub", owned=HEADER)
 
 
 def do_grubby(module, ops, strict=True):
@@ -413,11 +436,14 @@ def do_grubby(module, ops, strict=True):
 
 def do_systemd_boot(module, ops, strict=True):
     def plan_text(text):
-        text = _systemd_boot_text(text)
-        configured = split_cmdline(text)
+        seed = _systemd_boot_text(text)
+        new, configured = seed, kernel_part(seed)[0]
         for args, state in ops:
-            text, configured = plan_cmdline_file(text, args, state)
-        return text, configured
+            new, configured = plan_cmdline_file(new, args, state)
+        if text is None and new == seed:
+            # nothing to change: the file stays absent (kernel-install goes on using the running command line)
+            return None, configured
+        return new, configured
     return _apply_file(module, SYSTEMD_BOOT_CMDLINE, plan_text, "systemd-boot")
 
 
@@ -432,14 +458,14 @@ def _other_owners_args(record_dir, own_path):
 
 def _write_record(module, path, text):
     if text is None:
-        r = remove_file(module, path)
+        r = remove_file(module, path, owned=True)
         if r["changed"] and not module.check_mode:
             try:
                 os.rmdir(os.path.dirname(path))   # the last record gone: leave no empty directory behind
             except OSError:
                 pass
         return r
-    return ensure_file(module, path, text, mode=0o644)
+    return ensure_file(module, path, text, mode=0o644, owned=True)
 
 
 def run(module):
@@ -472,9 +498,18 @@ def run(module):
         targets.append(REGEN_PENDING)
     if rec_path:
         targets.append(rec_path)
-    problems = [x for x in (target_problem(t) for t in targets) if x]
+    # the GRUB drop-in and the owners' records are the module's own, written whole: never through a link, never over
+    # someone else's file; /etc/kernel/cmdline is the user's own file on a systemd-boot host (the module edits the
+    # arguments in it and keeps the rest): like the runtime configs, it is edited through a link the user made
+    owned = {GRUB_DROPIN: HEADER, rec_path: True}
+    problems = [x for x in (target_problem(t, owned=owned.get(t)) for t in targets) if x]
     if problems:
         module.fail_json(msg="%s; nothing was changed" % "; ".join(problems), bootloader=bootloader)
+    if bootloader == "grub" and p["state"] == "present" and "--" in _grub_base(module):
+        module.fail_json(msg="the GRUB command line (/etc/default/grub or a drop-in) holds a bare '--': what follows it "
+                             "goes to init, and %s would append the arguments after it; move init's arguments to the "
+                             "end of GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub; nothing was changed" % GRUB_DROPIN,
+                         bootloader=bootloader)
     extra = {}
     diffs = []
     try:
@@ -510,7 +545,7 @@ def run(module):
         fail(module, exc, bootloader=bootloader)
     except OSError as exc:  # a file that became unreadable or unwritable after the checks above
         module.fail_json(msg="%s: %s" % (bootloader, exc), bootloader=bootloader)
-    running = split_cmdline(read_text("/proc/cmdline") or "")
+    running = running_now()
     if rec_path and p["state"] == "absent":
         pending = reboot_pending_absent(running, configured, p["args"] or extra["removed"])
     else:

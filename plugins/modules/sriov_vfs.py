@@ -31,6 +31,9 @@ description:
     than all VFs with C(sriov-manage), a missing C(sriov-manage), and a count change while a VF is in use.
   - A failed change puts every PF changed in the run back to the count it had, writes no persistence file, and fails
     naming the PF and the error.
+  - The udev rule and the unit are this module's own files, written whole. A symbolic link at either path, or a file
+    there that does not start with the module's C(# Managed by gpuops.nvidia.sriov_vfs) header, is refused before
+    anything changes (never written through, never removed).
 author:
   - gpuops.nvidia contributors (@gpuops)
 options:
@@ -65,7 +68,12 @@ options:
     type: bool
     default: true
   sriov_manage:
-    description: Path of NVIDIA's C(sriov-manage) on the target.
+    description:
+      - Path of NVIDIA's C(sriov-manage) on the target.
+      - The boot unit runs it as one word, quoted by systemd's rules (double quotes around a path with spaces,
+        C(%) doubled); each PF's record keeps the tool it was enabled with.
+      - A path that systemd cannot take as a command is refused before anything changes, with a message (one with
+        a newline or another control character, a quote, a backslash, C($), or trailing whitespace).
     type: path
     default: /usr/lib/nvidia/sriov-manage
   root:
@@ -168,6 +176,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import host_path
 from ansible_collections.gpuops.nvidia.plugins.module_utils._sriov import (
+    HEADER,
     SRIOV_MANAGE,
     SYSTEMD_UNIT,
     UDEV_RULES,
@@ -218,7 +227,9 @@ def run(module):
     check_paths(module, "sriov_manage")
     pl = _plan(module)
     targets = [host_path(root, path) for path in sorted(pl["files"])]
-    problems = [x for x in (target_problem(t) for t in targets) if x]
+    # both files are ours whole: never written through a link, never over a file of someone else's
+    problems = [x for x in (target_problem(host_path(root, path), owned=HEADER, content=pl["files"][path])
+                            for path in sorted(pl["files"])) if x]
     if problems:
         module.fail_json(msg="%s; nothing was changed" % "; ".join(problems))
 
@@ -249,7 +260,8 @@ def _run_locked(module, root, pl):
                  actions=pl["actions"], devices=pl["devices"],
                  counts={b: {"num_vfs": now, "num_vfs_before": was} for b, (now, was) in exc.counts.items()})
 
-    files = write_planned_files(module, root, dict(sorted(pl["files"].items())), {}, diffs, pl["actions"], "the VF counts")
+    files = write_planned_files(module, root, dict(sorted(pl["files"].items())), {}, diffs, pl["actions"], "the VF counts",
+                                owned=HEADER)
 
     notes = list(pl["notes"])
     if files.get(SYSTEMD_UNIT) and not module.check_mode and on_host(root):

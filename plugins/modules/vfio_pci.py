@@ -35,6 +35,11 @@ description:
     back to the driver and C(driver_override) it had, no persistence file is written, and the module fails with
     a message naming the function and the error. If even the original driver refuses a function, the message
     says which one has no driver, and the result has C(changed=true).
+  - The state file, the udev rule (C(/etc/udev/rules.d/40-gpuops-vfio-pci.rules)), C(/etc/modules-load.d/gpuops-vfio-pci.conf)
+    and C(/etc/modprobe.d/gpuops-vfio-pci.conf) are this module's own, written whole. A symbolic link at one of
+    those paths, or a rule or C(.conf) file there without the module's C(# Managed by gpuops.nvidia.vfio_pci)
+    header (unless it already holds exactly what the module would write), is refused before anything changes
+    (never written through, never removed).
 author:
   - gpuops.nvidia contributors (@gpuops)
 options:
@@ -191,8 +196,10 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import host_path, read_pci_devices
 from ansible_collections.gpuops.nvidia.plugins.module_utils._vfio import (
+    HEADER,
     INITRAMFS_PENDING,
     MODPROBE_CONF,
+    MODULES_LOAD,
     STATE_FILE,
     UDEV_RULES,
     BindError,
@@ -203,6 +210,11 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._vfio import (
     plan,
     vfio_dev_nodes,
 )
+
+
+#: the files this module writes whole, and what makes an existing one its own (see _files.ownership_problem): the
+#: header of the udev rule, modules-load.d and modprobe.d files; the state file is JSON that load_state checks
+OWNED = {UDEV_RULES: HEADER, MODULES_LOAD: HEADER, MODPROBE_CONF: HEADER, STATE_FILE: True}
 
 
 def argument_spec():
@@ -262,10 +274,17 @@ def run(module):
         module.fail_json(msg="devices must name at least one device")
     check_paths(module, "initramfs_marker")
     state_path = host_path(root, STATE_FILE)
+    # the files are this module's own, written whole: a link at one of their paths is refused before anything is
+    # read through it
+    problems = [x for x in (target_problem(host_path(root, path), owned=True) for path in sorted(OWNED)) if x]
+    if problems:
+        module.fail_json(msg="%s; nothing was changed" % "; ".join(problems))
     pl, state_text = _plan(module, root, state_path)
 
-    # every file this run may replace (and the initramfs marker) must be replaceable before a driver moves
-    problems = [x for x in (target_problem(host_path(root, path)) for path in sorted(pl["files"])) if x]
+    # every file this run may replace (and the initramfs marker) must be replaceable before a driver moves, and be
+    # the module's own (or hold what it would write)
+    problems = [x for x in (target_problem(host_path(root, path), owned=OWNED.get(path), content=pl["files"][path])
+                            for path in sorted(pl["files"])) if x]
     problems += [x for x in [target_problem(host_path(root, p["initramfs_marker"]))] if x]
     if problems:
         module.fail_json(msg="%s; nothing was changed" % "; ".join(problems))
@@ -321,7 +340,7 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
     if (not module.check_mode and p["state"] == "present" and early is not None and early != state_text
             and any(is_vfio_driver(a["to"]) for a in pl["actions"])):
         try:
-            r = ensure_file(module, state_path, early, mode=0o644)
+            r = ensure_file(module, state_path, early, mode=0o644, owned=True)
         except OSError as exc:
             unmark()
             module.fail_json(msg="cannot write %s: %s; nothing was changed" % (state_path, exc))
@@ -343,9 +362,9 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
             if files.get(STATE_FILE):
                 try:
                     if state_text is None:
-                        remove_file(module, state_path)
+                        remove_file(module, state_path, owned=True)
                     else:
-                        ensure_file(module, state_path, state_text, mode=0o644)
+                        ensure_file(module, state_path, state_text, mode=0o644, owned=True)
                 except OSError as e2:
                     extra = "; %s could not be put back: %s" % (state_path, e2)
             unmark()
@@ -361,7 +380,7 @@ def _run_locked(module, root, pl, state_path, state_text, marker, mark, unmark):
                              "were not all written: fix it and rerun" % (MODPROBE_CONF, exc),
                          changed=bool(pl["actions"]) or any(files.values()), actions=pl["actions"], files=files)
 
-    write_planned_files(module, root, pl["files"], files, diffs, pl["actions"], "the drivers")
+    write_planned_files(module, root, pl["files"], files, diffs, pl["actions"], "the drivers", owned=OWNED)
     # the ordering file (never written early, above) changed in this run
     modprobe_changed = bool(files.get(MODPROBE_CONF))
 

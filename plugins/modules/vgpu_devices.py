@@ -51,7 +51,10 @@ options:
     choices: [present, absent]
     default: present
   name_cache:
-    description: File that keeps the vGPU type IDs and names seen on each GPU.
+    description:
+      - File that keeps the vGPU type IDs and names seen on each GPU (this module's own, written whole).
+      - A cache that cannot be read or parsed is rebuilt from the run's vGPU type catalogs, with a warning.
+      - A symbolic link there is neither read nor written (a warning says so).
     type: path
     default: /var/lib/gpuops/vgpu-types.json
   root:
@@ -126,6 +129,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import Gpuop
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     check_paths,
     ensure_file,
+    ownership_problem,
     read_text,
     require_root,
     run_locks,
@@ -141,7 +145,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._vgpu import (
     changes,
     dump_cache,
     label,
-    load_cache,
+    parse_cache,
     plan,
     update_cache,
 )
@@ -175,10 +179,20 @@ def run(module):
 
 def _run_locked(module, root, cache_path):
     p = module.params
-    try:
-        cache = load_cache(read_text(cache_path))
-    except (OSError, UnicodeDecodeError):
-        cache = {}
+    # the name cache is this module's own file: never read or written through a link; one that cannot be read or
+    # parsed is rebuilt from this run's catalogs, with a warning
+    keep_cache = True
+    link = ownership_problem(cache_path, True)
+    if link:
+        module.warn("the vGPU type cache is not used: %s" % link)
+        cache, problem, keep_cache = {}, None, False
+    else:
+        try:
+            cache, problem = parse_cache(read_text(cache_path))
+        except (OSError, UnicodeDecodeError) as exc:
+            cache, problem = {}, "cannot be read (%s)" % exc
+    if problem:
+        module.warn("the vGPU type cache %s %s: it is rebuilt from this run's vGPU type catalogs" % (cache_path, problem))
     try:
         pl = plan(root, p["config"], p["selected"], p["state"], cache)
     except GpuopsError as exc:
@@ -204,11 +218,11 @@ def _run_locked(module, root, cache_path):
         else:
             entry["after"] = dict(gp["before"])
         out.append(entry)
-    if not module.check_mode:
+    if not module.check_mode and keep_cache:
         new, cache_changed = update_cache(cache, pl["gpus"])
-        if cache_changed:
+        if cache_changed or problem:
             try:
-                ensure_file(module, cache_path, dump_cache(new), mode=0o644)
+                ensure_file(module, cache_path, dump_cache(new), mode=0o644, owned=True)
             except OSError as exc:
                 module.warn("cannot write the vGPU type cache %s: %s" % (cache_path, exc))
     diff = None

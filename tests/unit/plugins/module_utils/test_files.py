@@ -166,3 +166,83 @@ def test_lock_dir_falls_back_when_the_default_is_unusable(tmp_path, monkeypatch)
     with file_lock(str(tmp_path / "x")):
         pass
     assert len(os.listdir(str(tmp_path / "fallback"))) == 1
+
+
+# --- files a module writes whole (owned) ------------------------------------------------------------------------
+
+HEADER = "# Managed by gpuops.nvidia.test -- do not edit.\n"
+
+
+def test_owned_file_is_never_written_through_a_link(tmp_path):
+    fstab = tmp_path / "fstab"
+    fstab.write_text("UUID=x / ext4 defaults 0 1\n")
+    link = tmp_path / "rules.d" / "40-ours.rules"
+    link.parent.mkdir()
+    os.symlink(str(fstab), str(link))
+    for check in (True, False):
+        with pytest.raises(_files.ForeignFileError, match="is a symbolic link"):
+            ensure_file(FakeModule(check_mode=check), str(link), HEADER + "rule\n", owned=HEADER)
+        with pytest.raises(_files.ForeignFileError, match="is a symbolic link"):
+            remove_file(FakeModule(check_mode=check), str(link), owned=HEADER)
+    assert fstab.read_text() == "UUID=x / ext4 defaults 0 1\n" and os.path.islink(str(link))
+    # a dangling link too: the module would create a file it never wrote somewhere else
+    os.unlink(str(link))
+    os.symlink(str(tmp_path / "elsewhere"), str(link))
+    assert "symbolic link" in _files.target_problem(str(link), owned=True)
+    with pytest.raises(_files.ForeignFileError):
+        ensure_file(FakeModule(), str(link), HEADER, owned=True)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_owned_file_of_someone_else_is_refused_unless_identical(tmp_path):
+    p = tmp_path / "ours.conf"
+    p.write_text("options mine=1\n")
+    assert "not written by gpuops.nvidia" in _files.target_problem(str(p), owned=HEADER, content=HEADER + "x\n")
+    with pytest.raises(_files.ForeignFileError, match="its first line is not"):
+        ensure_file(FakeModule(), str(p), HEADER + "x\n", owned=HEADER)
+    with pytest.raises(_files.ForeignFileError):
+        remove_file(FakeModule(), str(p), owned=HEADER)
+    assert p.read_text() == "options mine=1\n"
+    # byte-identical to what the module would write: as good as its own
+    assert _files.target_problem(str(p), owned=HEADER, content="options mine=1\n") is None
+    assert not ensure_file(FakeModule(), str(p), "options mine=1\n", owned=HEADER)["changed"]
+    # its own (header first): replaced and removed
+    p.write_text(HEADER + "old\n")
+    assert ensure_file(FakeModule(), str(p), HEADER + "new\n", owned=HEADER)["changed"]
+    assert remove_file(FakeModule(), str(p), owned=HEADER)["changed"] and not p.exists()
+
+
+def test_owned_by_path_or_by_kind(tmp_path):
+    state = tmp_path / "state.json"
+    state.write_bytes(b"\xff\xfe not text")
+    # owned=True: the module's own by its path (its parser checks the content): replaced, even when not text
+    assert ensure_file(FakeModule(), str(state), "{}\n", owned=True)["changed"] and state.read_text() == "{}\n"
+
+    def is_spec(text):
+        """a spec of kind test"""
+        return "kind: test" in text.splitlines()
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("a: b\n")
+    with pytest.raises(_files.ForeignFileError, match="it is not a spec of kind test"):
+        ensure_file(FakeModule(), str(spec), "kind: test\n", owned=is_spec)
+    spec.write_text("kind: test\nold: 1\n")
+    assert ensure_file(FakeModule(), str(spec), "kind: test\n", owned=is_spec)["changed"]
+
+
+def test_owned_write_replaces_the_file_in_its_real_directory(tmp_path):
+    """A link above the file (a directory) is the host's layout and is followed; the file itself is replaced."""
+    real_dir = tmp_path / "real-rules.d"
+    real_dir.mkdir()
+    os.symlink(str(real_dir), str(tmp_path / "rules.d"))
+    r = ensure_file(FakeModule(), str(tmp_path / "rules.d" / "40-ours.rules"), HEADER + "x\n", owned=HEADER)
+    assert r["changed"] and (real_dir / "40-ours.rules").read_text() == HEADER + "x\n"
+
+
+def test_files_not_owned_still_follow_links(tmp_path):
+    """The user's own configs (containerd, CRI-O, /etc/kernel/cmdline) are edited through their links, as before."""
+    real = tmp_path / "real.toml"
+    real.write_text("old\n")
+    os.symlink(str(real), str(tmp_path / "config.toml"))
+    assert _files.target_problem(str(tmp_path / "config.toml")) is None
+    assert ensure_file(FakeModule(), str(tmp_path / "config.toml"), "new\n")["changed"]
+    assert real.read_text() == "new\n" and os.path.islink(str(tmp_path / "config.toml"))

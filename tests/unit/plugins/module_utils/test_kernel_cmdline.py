@@ -295,3 +295,30 @@ def test_grub_owned_removal_leaves_the_base_copy():
         k.plan_grub(dropin, ["ro", "intel_iommu=on"], ["intel_iommu=on"], "absent")
     new, conf = k.plan_grub(dropin, ["ro", "intel_iommu=on"], ["intel_iommu=on"], "absent", strict=False)
     assert new is None and conf == ["ro", "intel_iommu=on"]
+
+
+# --- init's arguments after "--" ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,tokens,init", [
+    ("ro quiet\n", ["ro", "quiet"], None),
+    ("ro quiet -- single\n", ["ro", "quiet"], "single"),
+    ("ro -- iommu=pt  a=\"b c\" -- x\n", ["ro"], 'iommu=pt  a="b c" -- x'),
+    ("ro --\n", ["ro"], ""),
+    ('ro dyndbg="a -- b" quiet\n', ["ro", 'dyndbg="a -- b"', "quiet"], None),
+    ("ro --x=1 quiet", ["ro", "--x=1", "quiet"], None),
+    ("", [], None),
+])
+def test_kernel_part_stops_at_a_bare_double_dash(text, tokens, init):
+    assert k.kernel_part(text) == (tokens, init)
+    assert k.kernel_args(k.split_cmdline(text)) == tokens
+
+
+def test_cmdline_file_edits_kernel_arguments_only_and_keeps_init_verbatim():
+    text = "root=UUID=x ro -- iommu=pt  single\n"
+    new, tokens = k.plan_cmdline_file(text, ["iommu=pt"], "present")
+    assert new == "root=UUID=x ro iommu=pt -- iommu=pt  single\n" and tokens == ["root=UUID=x", "ro", "iommu=pt"]
+    assert k.plan_cmdline_file(new, ["iommu=pt"], "present") == (new, tokens)
+    back, tokens = k.plan_cmdline_file(new, ["iommu"], "absent")
+    assert back == "root=UUID=x ro -- iommu=pt  single\n" and tokens == ["root=UUID=x", "ro"]
+    # nothing to remove: the text is kept as it is
+    assert k.plan_cmdline_file(text, ["iommu=pt"], "absent") == (text, ["root=UUID=x", "ro"])
