@@ -6,22 +6,35 @@
 Options and environment variables are kubernetes.core's (doc fragment ``gpuops.nvidia.k8s_auth``), so one
 ``module_defaults`` block for ``group/gpuops.nvidia.k8s`` configures both. Needs the ``kubernetes``
 Python library (the one kubernetes.core needs); imported lazily so input checks run without it.
+
+Every request the modules make, the library's discovery included, goes through ``Client.request``: it has a
+connect and a read timeout (``connect_timeout``, ``request_timeout``; doc fragment ``gpuops.nvidia.k8s_timeouts``),
+cut to what a deadline leaves (a wait's ``timeout``), and is retried as ``retry_decision`` says -- never by urllib3
+on its own (its default retries a read that timed out three times, and sleeps a 429's Retry-After unbounded). A
+request that times out fails naming itself: ``GET /api/v1/nodes?limit=500 timed out after 5 s (read)``.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
+import time
+from collections import namedtuple
+from urllib.parse import urlencode
 
 from ansible.module_utils.basic import env_fallback, missing_required_lib
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, InputError, fail
 
 try:
     from kubernetes import client as k8s_client, config as k8s_config
+    from kubernetes.client.exceptions import ApiException
     from kubernetes.dynamic import DynamicClient
     from kubernetes.dynamic.exceptions import GoneError
+    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError, ProtocolError, ReadTimeoutError
     HAS_K8S = True
 except ImportError:
     HAS_K8S = False
+    DynamicClient = object  # connect() says the library is missing before any Client is made
 
 # objects per page of a LIST (kubectl's --chunk-size default): a real fleet's Nodes, with the images each one
 # reports, run to tens of megabytes in one answer
@@ -65,10 +78,11 @@ def list_problems(params):
     return []
 
 
-def list_items(dyn, path, page_size, query_params=None, header_params=None):
+def list_items(dyn, path, page_size, query_params=None, header_params=None, deadline=None):
     """Every item of a LIST, read in pages of ``page_size`` objects (limit and continue, as kubectl reads; 0: one
     request) -> (items, requests made). A continue token that expired before the last page (410 Gone: the server
-    keeps a list's snapshot for a few minutes) restarts the list once, in one request."""
+    keeps a list's snapshot for a few minutes) restarts the list once, in one request. ``deadline``: a Deadline
+    every page ends by (None: each has its own timeouts only)."""
     base = list(query_params or [])
     items, token, requests = [], None, 0
     while True:
@@ -76,18 +90,176 @@ def list_items(dyn, path, page_size, query_params=None, header_params=None):
         requests += 1
         try:
             answer = json.loads(dyn.request("get", path, query_params=params, header_params=header_params or {},
-                                            serialize=False).data)
+                                            serialize=False, deadline=deadline).data)
         except GoneError:
             if token is None:
                 raise
             requests += 1
             answer = json.loads(dyn.request("get", path, query_params=base, header_params=header_params or {},
-                                            serialize=False).data)
+                                            serialize=False, deadline=deadline).data)
             return answer.get("items") or [], requests
         items.extend(answer.get("items") or [])
         token = (answer.get("metadata") or {}).get("continue")
         if not token or not page_size:
             return items, requests
+
+
+# seconds to connect, and to wait for the API server's answer (the longest silence while it is awaited or read: the
+# API server ends a request of its own after 60 s, --request-timeout)
+CONNECT_TIMEOUT = 10
+REQUEST_TIMEOUT = 60
+TIMEOUT_MAX = 3600
+# tries after the first one, for a 429 and (requests that may be repeated) a 5xx or a connection lost before an
+# answer; the pause between tries is the answer's Retry-After (at most RETRY_AFTER_MAX seconds), else BACKOFF
+# seconds doubling each time
+RETRIES = 3
+RETRY_AFTER_MAX = 30
+BACKOFF = 0.5
+RETRY_STATUSES = (500, 502, 503, 504)
+APPLY_PATCH = "application/apply-patch+yaml"
+# discovery of one API group version: a 503 there is an aggregated API whose service is down, which the library
+# skips; asking again would only delay every module run in such a cluster
+GROUP_DISCOVERY = re.compile(r"/?(?:api|apis/[^/]+)/[^/]+")
+
+#: a point in time.monotonic() every request ends by, and what set it (for the message)
+Deadline = namedtuple("Deadline", "at what")
+
+
+class RequestTimeout(HostError):
+    """A request got no (complete) answer in time. ``by_deadline``: the limit was what a deadline had left, not
+    the request's own timeout."""
+
+    def __init__(self, msg, by_deadline=False):
+        super().__init__(msg)
+        self.by_deadline = by_deadline
+
+
+def timeout_spec():
+    """argument_spec entries of the request timeouts (doc fragment ``gpuops.nvidia.k8s_timeouts``)."""
+    return dict(connect_timeout=dict(type="float", default=CONNECT_TIMEOUT),
+                request_timeout=dict(type="float", default=REQUEST_TIMEOUT))
+
+
+def timeout_problems(params):
+    """What is wrong with the request timeouts (a list of sentences)."""
+    out = []
+    for name in ("connect_timeout", "request_timeout"):
+        value = params.get(name)
+        if value is not None and not 0 < value <= TIMEOUT_MAX:
+            out.append("%s must be a number of seconds above 0 and at most %d, got %g" % (name, TIMEOUT_MAX, value))
+    return out
+
+
+def request_limits(timeouts, left):
+    """{phase: (seconds, whether the deadline set them)} of one request, for the phases connect and read, given the
+    request timeouts (connect, read) and the seconds ``left`` to a deadline (None: no deadline)."""
+    return {phase: (limit, False) if left is None or limit <= left else (left, True)
+            for phase, limit in zip(("connect", "read"), timeouts)}
+
+
+def retry_after(headers):
+    """An answer's Retry-After in seconds (the delay form; None when absent or a date)."""
+    value = None
+    for key, text in (headers or {}).items():
+        if str(key).lower() == "retry-after":
+            value = str(text).strip()
+    return int(value) if value is not None and re.fullmatch(r"[0-9]{1,9}", value) else None
+
+
+def idempotent(method, content_type=None):
+    """May the request be sent again after a failure that leaves its effect unknown? Reads, and server-side
+    apply: applying the same manifest under the same field manager again changes nothing more."""
+    method = method.upper()
+    return method in ("GET", "HEAD") or (method == "PATCH" and content_type == APPLY_PATCH)
+
+
+def retry_decision(status, repeatable, wait, tries, left, what="the deadline"):
+    """(seconds to pause before the next try, None) or (None, why not; None when the failure is not one to retry).
+
+    ``status``: the answer's HTTP status, None for a connection lost before any answer; ``repeatable``:
+    idempotent(); ``wait``: its Retry-After; ``tries``: tries made; ``left``: seconds to the deadline (None)."""
+    if not (status == 429 or (repeatable and (status is None or status in RETRY_STATUSES))):
+        return None, None
+    if tries > RETRIES:
+        return None, "%d tries" % tries
+    if wait is not None and wait > RETRY_AFTER_MAX:
+        return None, "Retry-After %d s, longer than the %d s waited at most" % (wait, RETRY_AFTER_MAX)
+    pause = wait if wait is not None else BACKOFF * 2 ** (tries - 1)
+    if left is not None and pause >= left:
+        return None, "%s %g s, more than the %.1f s %s has left" % (
+            "Retry-After" if wait is not None else "next try in", pause, max(left, 0), what)
+    return pause, None
+
+
+def _seconds(value):
+    return "%g" % round(value, 1)
+
+
+def _failure(exc):
+    """'connect' | 'read' (a timeout), 'connection' (lost before an answer), or None, for an urllib3 error."""
+    if isinstance(exc, MaxRetryError):
+        exc = exc.reason
+    if isinstance(exc, NewConnectionError):  # a ConnectTimeoutError subclass: refused, unreachable
+        return "connection"
+    if isinstance(exc, ConnectTimeoutError):
+        return "connect"
+    if isinstance(exc, ReadTimeoutError):
+        return "read"
+    if isinstance(exc, ProtocolError):
+        return "connection"
+    return None
+
+
+class Client(DynamicClient):
+    """A DynamicClient whose every request (the library's discovery included: it calls ``request`` too) has the
+    timeouts, is cut to a ``deadline`` (a Deadline) when one is given, is retried as ``retry_decision`` says, and
+    fails naming itself when it times out. ``deadline`` is a keyword of ``request`` and of the calls that end in it
+    (``server_side_apply(..., deadline=...)``)."""
+
+    def __init__(self, api, timeouts=(CONNECT_TIMEOUT, REQUEST_TIMEOUT), clock=time.monotonic, sleep=time.sleep):
+        self.timeouts, self.clock, self.sleep = timeouts, clock, sleep
+        super().__init__(api)
+
+    def request(self, method, path, body=None, deadline=None, **params):
+        query = list(params.get("query_params") or [])
+        target = "%s %s%s" % (method.upper(), path if path.startswith("/") else "/" + path,
+                              "?" + urlencode(query) if query else "")
+        repeatable = idempotent(method, params.get("content_type"))
+        tries = 0
+        while True:
+            left = None if deadline is None else deadline.at - self.clock()
+            if left is not None and left <= 0:
+                raise RequestTimeout("%s not sent: %s is over" % (target, deadline.what), by_deadline=True)
+            limits = request_limits(self.timeouts, left)
+            tries += 1
+            attempt = dict(params, query_params=list(query), header_params=dict(params.get("header_params") or {}))
+            try:
+                resp = super().request(method, path, body=body,
+                                       _request_timeout=(limits["connect"][0], limits["read"][0]), **attempt)
+                if params.get("serialize", True) is False:
+                    _body = resp.data  # the answer is read here, under the same limits (urllib3 keeps it)
+                return resp
+            except ApiException as exc:
+                error, status, wait = exc, exc.status, retry_after(getattr(exc, "headers", None))
+            except Exception as exc:  # pylint: disable=broad-except  # urllib3's errors, sorted by _failure()
+                kind = _failure(exc)
+                if kind in limits:
+                    limit, cut = limits[kind]
+                    raise RequestTimeout("%s timed out after %s s (%s%s)" % (
+                        target, _seconds(limit), kind, ", cut to what %s had left" % deadline.what if cut else ""),
+                        by_deadline=cut) from None
+                if kind is None:
+                    raise
+                error, status, wait = exc, None, None
+            if status == 503 and GROUP_DISCOVERY.fullmatch(path):
+                raise error
+            left = None if deadline is None else deadline.at - self.clock()
+            pause, why = retry_decision(status, repeatable, wait, tries, left, deadline.what if deadline else None)
+            if pause is None:
+                if why:
+                    error.retry_note = why
+                raise error
+            self.sleep(pause)
 
 
 def connection_problems(params):
@@ -124,6 +296,7 @@ def api_client(params, pool):
         if params[opt]:
             setattr(cfg, opt, params[opt])
     cfg.connection_pool_maxsize = pool  # one connection per request in flight
+    cfg.retries = False  # Client.request retries; urllib3's own would repeat a timed-out read and sleep any Retry-After
     api = k8s_client.ApiClient(configuration=cfg)
     if params["impersonate_user"]:
         api.set_default_header("Impersonate-User", params["impersonate_user"])
@@ -133,8 +306,9 @@ def api_client(params, pool):
 
 
 def dynamic_client(params, pool):
-    """A DynamicClient (discovery cached by the library) over api_client()."""
-    return DynamicClient(api_client(params, pool))
+    """A Client (discovery cached by the library, its requests under the timeouts) over api_client()."""
+    return Client(api_client(params, pool), (params.get("connect_timeout") or CONNECT_TIMEOUT,
+                                             params.get("request_timeout") or REQUEST_TIMEOUT))
 
 
 def connect(module, check, pool):
@@ -145,7 +319,7 @@ def connect(module, check, pool):
         module.fail_json(msg=missing_required_lib("kubernetes"))
     try:
         checked = check()
-        problems = connection_problems(module.params) + list_problems(module.params)
+        problems = connection_problems(module.params) + list_problems(module.params) + timeout_problems(module.params)
         if problems:
             raise InputError("; ".join(problems))
     except GpuopsError as exc:
@@ -157,10 +331,14 @@ def connect(module, check, pool):
 
 
 def api_error(exc):
-    """The API server's own sentence for a refused request."""
+    """The API server's own sentence for a refused request (the error's own, for one of the collection's), and why
+    it was not tried again when it could have been."""
+    if isinstance(exc, GpuopsError):
+        return str(exc)
     status, body = getattr(exc, "status", None), getattr(exc, "body", None)
     try:
         message = json.loads(body).get("message") if body else None
     except (TypeError, ValueError, AttributeError):
         message = None
-    return "%s %s" % (status or "", message or getattr(exc, "reason", None) or exc)
+    note = getattr(exc, "retry_note", None)
+    return "%s %s%s" % (status or "", message or getattr(exc, "reason", None) or exc, " (%s)" % note if note else "")

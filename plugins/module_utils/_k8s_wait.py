@@ -162,22 +162,31 @@ def pending(reads, wait):
 
 
 def wait_for(read, wait, clock=time.monotonic, sleep=time.sleep):
-    """Poll ``read()`` (-> {query: {resources, api_found}}: one poll, every query) until nothing is pending.
+    """Poll ``read(deadline)`` (-> {query: {resources, api_found}}: one poll, every query) until nothing is pending.
 
-    Returns (reads of the last poll, pending of the last poll, polls, seconds waited); pending is empty
-    unless ``wait['timeout']`` seconds went by first. The first poll is made at once, the last one at the
-    deadline."""
+    ``deadline`` is the ``clock()`` time ``wait['timeout']`` seconds after the first poll started: the whole wait,
+    the polls included, ends by then. ``read`` cuts its requests to it; a poll it cuts short raises an error whose
+    ``by_deadline`` is true, which ends the wait with the last complete poll (the first poll's error is raised).
+
+    Returns (reads of the last complete poll, its pending, complete polls, seconds waited); pending is empty unless
+    the deadline came first. The first poll is made at once; the pause after a poll is the interval or twice as
+    long as the poll took, whichever is longer, but no later than the deadline less that time (so the last poll can
+    end by it), and no poll starts when less time is left than the last one took."""
     start = clock()
     deadline = start + wait["timeout"]
-    polls = 0
+    polls, last = 0, None
     while True:
         t = clock()
-        reads = read()
+        try:
+            reads = read(deadline)
+        except Exception as exc:  # pylint: disable=broad-except  # re-raised unless the deadline cut the poll
+            if last is None or not getattr(exc, "by_deadline", False):
+                raise
+            return last[0], last[1], polls, clock() - start
         polls += 1
         now = clock()
-        left = pending(reads, wait)
-        if not left:
+        took, left = now - t, pending(reads, wait)
+        if not left or deadline - now <= took:
             return reads, left, polls, now - start
-        if now >= deadline:
-            return reads, left, polls, now - start
-        sleep(min(max(wait["interval"], 2 * (now - t)), deadline - now))
+        last = (reads, left)
+        sleep(min(max(wait["interval"], 2 * took), deadline - now - took))

@@ -33,6 +33,7 @@ extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.k8s_auth
   - gpuops.nvidia.k8s_list
+  - gpuops.nvidia.k8s_timeouts
 attributes:
   check_mode:
     support: full
@@ -147,7 +148,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import Applier, check_objects
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    api_error, connect, connection_spec, list_items, list_spec)
+    api_error, connect, connection_spec, list_items, list_spec, timeout_spec)
 
 try:
     from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
@@ -164,6 +165,7 @@ def argument_spec():
     )
     spec.update(connection_spec())
     spec.update(list_spec())
+    spec.update(timeout_spec())
     return spec
 
 

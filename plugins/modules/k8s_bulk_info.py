@@ -27,6 +27,7 @@ extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.k8s_auth
   - gpuops.nvidia.k8s_list
+  - gpuops.nvidia.k8s_timeouts
 attributes:
   check_mode:
     support: full
@@ -66,6 +67,9 @@ options:
         would start the module and the C(kubernetes) library again for every read.
       - When O(wait.timeout) seconds go by first, the task fails, naming what is not done, with the last read
         in C(reads).
+      - O(wait.timeout) bounds the whole wait, the reads included - each request's timeouts are cut to what is left
+        of it. A read the deadline cuts short is not waited for; the task fails with the last complete read (or, when
+        the first read is cut short, naming that request).
     type: dict
     suboptions:
       condition:
@@ -95,7 +99,7 @@ options:
         type: list
         elements: str
       timeout:
-        description: Seconds to wait at most.
+        description: Seconds to wait at most, from the first read's start to the last read's end.
         type: float
         default: 600
       interval:
@@ -189,7 +193,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import check_concurrency, check_queries, read_all
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    api_error, connect, connection_spec, list_items, list_spec)
+    Deadline, RequestTimeout, api_error, connect, connection_spec, list_items, list_spec, timeout_spec)
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_wait import check_wait, wait_for
 
 try:
@@ -212,6 +216,7 @@ def argument_spec():
     )
     spec.update(connection_spec())
     spec.update(list_spec())
+    spec.update(timeout_spec())
     return spec
 
 
@@ -252,8 +257,9 @@ def main():
         with lock:
             made[0] += requests
 
-    def read(query):
+    def read(query, deadline=None):
         res = resources[(query["api_version"], query["kind"])]
+        until = Deadline(deadline, "wait.timeout") if deadline is not None else None
         if res is None:
             return False, []
         ns = query["namespace"] if res.namespaced else None
@@ -267,13 +273,13 @@ def main():
                 count(1)
                 try:
                     items = [json.loads(dyn.request("get", res.path(name=query["name"], namespace=ns),
-                                                    header_params=headers, serialize=False).data)]
+                                                    header_params=headers, serialize=False, deadline=until).data)]
                 except NotFoundError:
                     return True, []
             else:
                 selectors = (("labelSelector", query["label_selectors"]), ("fieldSelector", query["field_selectors"]))
                 params = [(k, ",".join(v)) for k, v in selectors if v]
-                items, pages = list_items(dyn, res.path(namespace=ns), p["list_page_size"], params, headers)
+                items, pages = list_items(dyn, res.path(namespace=ns), p["list_page_size"], params, headers, until)
                 count(pages)
             # a LIST's items carry no apiVersion and kind (the list does), metadata-only ones name the metadata
             # type; kubernetes.core.k8s_info's carry the object's own
@@ -281,6 +287,8 @@ def main():
                 if item.get("kind") in (None, "PartialObjectMetadata"):
                     item["apiVersion"], item["kind"] = res.group_version, res.kind
             return True, items
+        except RequestTimeout:
+            raise  # names the request; one the wait's deadline cut short ends the wait (wait_for)
         except Exception as exc:  # pylint: disable=broad-except
             raise HostError("cannot read %s%s: %s" % (query["kind"], " in " + ns if ns else "", api_error(exc)))
 
@@ -288,7 +296,8 @@ def main():
         if wait is None:
             reads = read_all(queries, read, p["concurrency"])
             module.exit_json(changed=False, reads=reads, requests=made[0])
-        results, pending, polls, waited = wait_for(lambda: read_all(queries, read, p["concurrency"]), wait)
+        results, pending, polls, waited = wait_for(
+            lambda deadline: read_all(queries, lambda query: read(query, deadline), p["concurrency"]), wait)
     except GpuopsError as exc:
         fail(module, exc)
     out = dict(changed=False, reads=results, requests=made[0], pending=pending, polls=polls,

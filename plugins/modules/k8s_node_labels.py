@@ -31,6 +31,7 @@ extends_documentation_fragment:
   - gpuops.nvidia.attributes
   - gpuops.nvidia.k8s_auth
   - gpuops.nvidia.k8s_list
+  - gpuops.nvidia.k8s_timeouts
 attributes:
   check_mode:
     support: full
@@ -175,7 +176,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import _k8s_labels a
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, HostError, InputError, fail
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_bulk import Applier
 from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
-    api_error, connect, connection_spec, list_items, list_spec)
+    api_error, connect, connection_spec, list_items, list_spec, timeout_spec)
 
 _PLAN_OPTIONS = ("state", "default_workload", "sandbox_mode", "mig_strategy", "device_plugin_configs",
                  "taint_gpu_nodes", "taint_vm_nodes", "taint")
@@ -198,6 +199,7 @@ def argument_spec():
     )
     spec.update(connection_spec())
     spec.update(list_spec())
+    spec.update(timeout_spec())
     return spec
 
 

@@ -115,11 +115,14 @@ class Clock:
         self.now += s
 
 
-def reader(clock, answers):
-    """read() returning each of ``answers`` in turn (the last one again and again), advancing the clock."""
+def reader(clock, answers, deadlines=None):
+    """read(deadline) returning each of ``answers`` in turn (the last one again and again), advancing the clock; the
+    deadlines it is given are appended to ``deadlines``."""
     answers = list(answers)
 
-    def read():
+    def read(deadline):
+        if deadlines is not None:
+            deadlines.append(deadline)
         clock.now += clock.read_s
         return {"ds": {"resources": answers.pop(0) if len(answers) > 1 else answers[0]}}
     return read
@@ -164,9 +167,79 @@ def test_a_failed_read_ends_the_wait_with_its_error():
     c = Clock()
     wait, _queries = checked(condition="finished")
 
-    def read():
+    def read(deadline):
         raise InputError("cannot read Job in gpu-operator: 403 forbidden")
     with pytest.raises(InputError, match="403 forbidden"):
+        kw.wait_for(read, wait, c.clock, c.sleep)
+
+
+class CutShort(Exception):
+    """What a read raises when the wait's deadline, not a request's own timeout, ended one of its requests."""
+
+    by_deadline = True
+
+
+def test_every_read_is_given_the_deadline_of_the_whole_wait():
+    c = Clock(read_s=0.5)
+    wait, _queries = checked(condition="rolled_out", queries=["ds"], interval=1, timeout=10)
+    deadlines = []
+    kw.wait_for(reader(c, [[ds("a", ready=0)], [ds("a")]], deadlines), wait, c.clock, c.sleep)
+    assert deadlines == [110.0, 110.0]  # started at 100: the same end for every read
+
+
+def test_the_last_read_starts_early_enough_to_end_by_the_deadline():
+    c = Clock(read_s=0.5)
+    wait, _queries = checked(condition="rolled_out", queries=["ds"], interval=2, timeout=5)
+    _reads, left, polls, waited = kw.wait_for(reader(c, [[ds("a", ready=1)]]), wait, c.clock, c.sleep)
+    # reads at 0, 2.5 and 4.5 (the deadline less the 0.5 s a read takes), the last one ending at 5
+    assert left == ["DaemonSet/gpu-operator/a: 1 ready of 3"]
+    assert (polls, c.sleeps, waited) == (3, [2, 1.5], 5)
+
+
+def test_no_read_starts_with_less_time_left_than_the_last_one_took():
+    c = Clock(read_s=3)
+    wait, _queries = checked(condition="rolled_out", queries=["ds"], interval=1, timeout=5)
+    _reads, left, polls, waited = kw.wait_for(reader(c, [[ds("a", ready=1)]]), wait, c.clock, c.sleep)
+    assert left and (polls, c.sleeps, waited) == (1, [], 3)  # 2 s left after a read of 3 s: none started
+
+
+def test_a_read_the_deadline_cuts_short_ends_the_wait_with_the_last_complete_read():
+    c = Clock(read_s=0.1)
+    wait, _queries = checked(condition="rolled_out", queries=["ds"], interval=1, timeout=5)
+    answers = [[ds("a", ready=1)]]
+
+    def read(deadline):
+        if answers:
+            c.now += c.read_s
+            return {"ds": {"resources": answers.pop()}}
+        c.now = deadline  # the server fell silent: the request ran until the deadline
+        raise CutShort("GET /apis/apps/v1/daemonsets timed out after 3.9 s (read, cut to what wait.timeout had left)")
+    reads, left, polls, waited = kw.wait_for(read, wait, c.clock, c.sleep)
+    assert left == ["DaemonSet/gpu-operator/a: 1 ready of 3"] and reads["ds"]["resources"][0]["metadata"]["name"] == "a"
+    assert (polls, waited) == (1, 5)
+
+
+def test_a_first_read_the_deadline_cuts_short_is_the_waits_error():
+    c = Clock()
+    wait, _queries = checked(condition="rolled_out", queries=["ds"], timeout=2)
+
+    def read(deadline):
+        raise CutShort("GET /apis/apps/v1/daemonsets timed out after 2 s (read, cut to what wait.timeout had left)")
+    with pytest.raises(CutShort, match="timed out after 2 s"):
+        kw.wait_for(read, wait, c.clock, c.sleep)
+
+
+def test_an_error_of_a_later_read_not_caused_by_the_deadline_is_raised():
+    c = Clock()
+    wait, _queries = checked(condition="rolled_out", queries=["ds"], timeout=20)
+    calls = []
+
+    def read(deadline):
+        calls.append(deadline)
+        if len(calls) == 1:
+            return {"ds": {"resources": [ds("a", ready=0)]}}
+        raise InputError("GET /apis/apps/v1/daemonsets timed out after 1 s (read)")  # its own timeout: a failure
+    with pytest.raises(InputError, match="timed out after 1 s"):
         kw.wait_for(read, wait, c.clock, c.sleep)
 
 
