@@ -14,6 +14,15 @@ no Ansible import. Every field of ``spec`` that is set (not empty) ends in exact
 * ``notes``: fields whose value needs nothing here (a component the operator does not deploy with
   these settings, e.g. everything under ``vgpuManager`` while ``sandboxWorkloads`` is off).
 
+A field of the wrong shape (a mapping given as a string, a list of names given as one name, ...) is
+refused with a ClusterPolicyError that names it, never dropped or converted.
+
+What the ClusterPolicy's editors write is data: YAML text is parsed here within limits (``load_text``:
+size, nesting, nodes, aliases) and objects are walked within the same nesting and node limits
+(``plain``); values used as Kubernetes names must be names, host paths plain absolute paths;
+``group_vars_text`` writes no variable name outside ``VARIABLES``, in a document tagged ``!unsafe``,
+and escapes comment text.
+
 Field names, defaults and enablement rules follow the operator's ``api/nvidia/v1/clusterpolicy_types.go``
 (the ``IsEnabled`` defaults: driver, toolkit, devicePlugin, dcgmExporter, gfd, migManager and cdi are on
 when unset; dcgm, nodeStatusExporter, sandboxWorkloads, vfioManager, vgpuManager, vgpuDeviceManager,
@@ -24,11 +33,47 @@ from __future__ import annotations
 import csv
 import io
 import re
+import unicodedata
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent
+from yaml.nodes import MappingNode, ScalarNode
+from yaml.resolver import Resolver
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils._components import IMAGES
+
+try:  # libyaml's scanner and parser (events only: the composing is ours, below)
+    from yaml._yaml import CParser as _EventSource
+except ImportError:  # pragma: no cover - PyYAML without libyaml
+    from yaml.parser import Parser
+    from yaml.reader import Reader
+    from yaml.scanner import Scanner
+
+    class _EventSource(Reader, Scanner, Parser):
+        def __init__(self, stream):
+            Reader.__init__(self, stream)
+            Scanner.__init__(self)
+            Parser.__init__(self)
+
+# Limits on what is read (a ClusterPolicy file, the objects k8s_info returns, the YAML text of a ConfigMap key),
+# checked while it is parsed or walked, before the objects are built. Real inputs are far below them: a
+# ClusterPolicy has a few hundred nodes, the largest ConfigMap it names (the MIG manager's config) a few
+# thousand in a few tens of KiB; the API server keeps one object under 1.5 MiB (etcd's request limit) and a
+# ConfigMap's data under 1 MiB, so a file with a ClusterPolicy and the five ConfigMaps it can name fits in 8 MiB.
+MAX_TEXT = 8 * 1024 * 1024  # characters of YAML text
+MAX_NODES = 250000  # scalars, mappings and lists (of the objects walked: each shared reference again)
+MAX_ALIAS_NODES = 10000  # nodes YAML aliases (and merge keys) stand for, together: "billion laughs" is refused
+MAX_DEPTH = 64  # nesting (a ClusterPolicy, its ConfigMaps' configs and a k8s_info result around them: under 12)
+
+# Kubernetes object names (RFC 1123 subdomain, as ConfigMaps, Secrets, RuntimeClasses and PriorityClasses are
+# named) and namespaces (RFC 1123 label)
+K8S_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+K8S_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# host paths the import passes on (runtime config files, sockets, kubelet's directory): absolute, plain characters
+HOST_PATH = re.compile(r"(/[A-Za-z0-9._+@:-]+)+/?|/")
 
 # Image components with a cluster role here: ClusterPolicy key -> (role prefix, default image of the
 # role's defaults/main.yml), from the one data file (plugin_utils/_components.py).
@@ -36,6 +81,26 @@ IMAGE_COMPONENTS = {
     c["clusterpolicy"]: (role, {f: c[f] for f in ("repository", "image", "version")})
     for role, c in IMAGES.items() if c["clusterpolicy"]
 }
+# Every variable the import can write (group_vars_text refuses any other name: the file's keys are ours)
+VARIABLES = frozenset([
+    "gpuops_cluster_components", "gpuops_default_workload", "gpuops_device_plugin_configs", "gpuops_k8s_tolerations",
+    "gpuops_mig_configs", "gpuops_mig_strategy", "gpuops_registry", "gpuops_runtime_class", "gpuops_sandbox_mode",
+    "gpuops_vgpu_default_config", "gpuops_vgpu_device_manager_config",
+    "driver_branch", "driver_kernel_module_type", "driver_precompiled", "driver_state", "driver_version",
+    "gpu_upgrade_drain_delete_emptydir_data", "gpu_upgrade_drain_force", "gpu_upgrade_drain_pod_selectors",
+    "gpu_upgrade_drain_timeout", "gpu_upgrade_max_unavailable",
+    "container_toolkit_cdi_enabled", "container_toolkit_configure_runtime", "container_toolkit_containerd_drop_in_path",
+    "container_toolkit_enable_cdi", "container_toolkit_install", "container_toolkit_runtime",
+    "container_toolkit_runtime_config_path", "container_toolkit_runtime_extra_args", "container_toolkit_runtime_mode",
+    "container_toolkit_runtime_name", "container_toolkit_set_as_default", "container_toolkit_version",
+    "runtime_class_handlers",
+    "device_plugin_default_config", "gfd_default_config", "gfd_sleep_interval",
+    "dcgm_exporter_metrics", "dcgm_exporter_port", "dcgm_exporter_service_monitor",
+    "dcgm_exporter_service_monitor_interval", "dcgm_exporter_service_monitor_labels", "dcgm_exporter_service_type",
+    "mig_manager_cdi_enabled", "mig_manager_default_config", "mig_manager_gpu_clients", "mig_manager_with_reboot",
+    "validator_node_kubelet_dir", "validator_with_workload",
+] + [prefix + suffix for prefix, _default in IMAGE_COMPONENTS.values()
+     for suffix in ("_image", "_registry", "_image_pull_policy", "_image_pull_secrets", "_resources", "_priority_class")])
 # ClusterPolicy component -> the entry of gpuops_cluster_components it turns on or off
 COMPONENT_ROLES = {
     "gfd": "gfd", "devicePlugin": "device_plugin", "dcgmExporter": "dcgm_exporter", "migManager": "mig_manager",
@@ -79,6 +144,183 @@ class ClusterPolicyError(InputError):
     """The input is not (exactly one) ClusterPolicy, or a field has the wrong shape."""
 
 
+def _show(value, limit=80):
+    """A value for a message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# -- reading: YAML text and objects, within the limits ------------------------------------------------------
+
+class _LimitedComposer(Composer):
+    """PyYAML's composer, counting while it composes: nesting depth, nodes, aliases to an enclosing node
+    (a recursive structure), and -- once a document is composed, before anything is constructed from it --
+    how many nodes its aliases stand for (aliases share nodes; whoever walks the objects later walks each
+    alias again)."""
+
+    def _limits(self, what):
+        self.what = what
+        self.depth = 0
+        self.nodes = 0
+        self.alias_nodes = 0
+        self.open_anchors = set()
+
+    def _where(self, mark):
+        return " (line %d, column %d)" % (mark.line + 1, mark.column + 1) if mark is not None else ""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if self.check_event(AliasEvent):
+            if event.anchor in self.open_anchors:
+                raise ClusterPolicyError("%s: recursive YAML alias *%s%s" % (self.what, event.anchor,
+                                                                          self._where(event.start_mark)))
+            return super().compose_node(parent, index)
+        self.depth += 1
+        self.nodes += 1
+        if self.depth > MAX_DEPTH:
+            raise ClusterPolicyError("%s is nested deeper than %d levels%s" % (self.what, MAX_DEPTH,
+                                                                              self._where(event.start_mark)))
+        if self.nodes > MAX_NODES:
+            raise ClusterPolicyError("%s has more than %d nodes%s" % (self.what, MAX_NODES, self._where(event.start_mark)))
+        anchor = event.anchor
+        if anchor is not None:
+            self.open_anchors.add(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+            self.open_anchors.discard(anchor)
+
+    def compose_document(self):
+        node = super().compose_document()
+        sizes = {}  # id(node) -> (nodes it stands for, its height)
+
+        def walk(n, level):
+            if level > MAX_DEPTH:
+                raise ClusterPolicyError("%s is nested deeper than %d levels (through YAML aliases)%s"
+                                         % (self.what, MAX_DEPTH, self._where(n.start_mark)))
+            known = sizes.get(id(n))
+            if known is None:
+                if isinstance(n, ScalarNode):
+                    children = []
+                elif isinstance(n, MappingNode):
+                    children = [c for pair in n.value for c in pair]
+                else:
+                    children = n.value
+                size, height = 1, 0
+                for c in children:
+                    size += walk(c, level + 1)
+                    height = max(height, sizes[id(c)][1] + 1)
+                known = sizes[id(n)] = (size, height)
+            elif level + known[1] > MAX_DEPTH:
+                raise ClusterPolicyError("%s is nested deeper than %d levels (through YAML aliases)%s"
+                                         % (self.what, MAX_DEPTH, self._where(n.start_mark)))
+            return known[0]
+
+        if node is not None:
+            self.alias_nodes += walk(node, 1) - len(sizes)
+            if self.alias_nodes > MAX_ALIAS_NODES:
+                raise ClusterPolicyError("%s: YAML aliases stand for more than %d nodes (an alias bomb?)"
+                                         % (self.what, MAX_ALIAS_NODES))
+        return node
+
+
+class _LimitedLoader(_LimitedComposer, _EventSource, SafeConstructor, Resolver):
+    """yaml.safe_load's reading (libyaml's parser when present, the safe constructor and resolver) with the
+    composer above."""
+
+    def __init__(self, stream, what):
+        _EventSource.__init__(self, stream)
+        Composer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+        self._limits(what)
+
+    # the composing is _LimitedComposer's, not the C parser's own
+    check_node = Composer.check_node
+    get_node = Composer.get_node
+    get_single_node = Composer.get_single_node
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep)
+        except ClusterPolicyError:
+            raise
+        except (ValueError, OverflowError) as e:  # an integer of more digits than Python converts, a bad date
+            raise ClusterPolicyError("%s: %s%s" % (self.what, e, self._where(node.start_mark))) from e
+
+
+def _yaml_problem(e):
+    if isinstance(e, yaml.MarkedYAMLError):
+        mark = e.problem_mark or e.context_mark
+        where = " (line %d, column %d)" % (mark.line + 1, mark.column + 1) if mark is not None else ""
+        return "%s%s" % ((e.problem or e.context or "invalid").strip(), where)
+    return " ".join(str(e).split())
+
+
+def load_text(text, what="the ClusterPolicy input"):
+    """Every YAML document of ``text``, read within the limits (size, nesting, nodes, aliases); anything
+    else ends in a ClusterPolicyError that starts with ``what``."""
+    if not isinstance(text, str):
+        raise ClusterPolicyError("%s must be YAML text, got %s" % (what, type(text).__name__))
+    if len(text) > MAX_TEXT:
+        raise ClusterPolicyError("%s is larger than %d MiB (%d characters)" % (what, MAX_TEXT // 2 ** 20, len(text)))
+    loader = _LimitedLoader(str(text), what)  # an exact str: libyaml's parser takes no subclass (Ansible's tagged str)
+    try:
+        docs = []
+        while loader.check_node():
+            docs.append(loader.construct_document(loader.get_node()))
+        return docs
+    except yaml.YAMLError as e:
+        raise ClusterPolicyError("%s is not valid YAML: %s" % (what, _yaml_problem(e))) from e
+    finally:
+        loader.dispose()
+
+
+def load_one(text, what):
+    """The one YAML document of ``text`` (None when it is empty)."""
+    docs = load_text(text, what)
+    if len(docs) > 1:
+        raise ClusterPolicyError("%s holds %d YAML documents, not one" % (what, len(docs)))
+    return docs[0] if docs else None
+
+
+def plain(obj, what="the ClusterPolicy input"):
+    """Plain dict/list/str/int/float/bool/None copies of (Ansible's tagged or lazy) data, within the limits:
+    nesting and nodes (a reference shared in several places counts in each, as a recursive structure does
+    until the nesting limit)."""
+    count = [0]
+
+    def walk(o, depth):
+        count[0] += 1
+        if count[0] > MAX_NODES:
+            raise ClusterPolicyError("%s has more than %d nodes" % (what, MAX_NODES))
+        if depth > MAX_DEPTH:
+            raise ClusterPolicyError("%s is nested deeper than %d levels" % (what, MAX_DEPTH))
+        if isinstance(o, dict):
+            return {str(k): walk(v, depth + 1) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [walk(v, depth + 1) for v in o]
+        if isinstance(o, str):
+            return str(o)
+        if isinstance(o, bool) or o is None:
+            return o
+        if isinstance(o, int):  # tagged ints and floats of Ansible 2.19 are subclasses
+            return int(o)
+        if isinstance(o, float):
+            return float(o)
+        return o
+
+    return walk(obj, 1)
+
+
+def read_input(data, what="the ClusterPolicy input"):
+    """The filter's input as plain data: YAML text (a file's content) is parsed here, objects are copied."""
+    return plain(load_text(data, what) if isinstance(data, str) else data, what)
+
+
+# -- checking fields ---------------------------------------------------------------------------------------
+
 def _empty(value):
     return value is None or value == "" or value == {} or value == []
 
@@ -88,20 +330,35 @@ def _bool(value, path):
         return value
     if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
         return value.strip().lower() in _TRUE
-    raise ClusterPolicyError("%s must be a boolean, got %r" % (path, value))
+    raise ClusterPolicyError("%s must be a boolean, got %s" % (path, _show(value)))
 
 
-def _env_list(value, path):
-    """EnvVar list -> {name: (value, path)} (valueFrom entries have no literal value: kept as the dict)."""
-    if not isinstance(value, list):
-        raise ClusterPolicyError("%s must be a list of {name, value}, got %r" % (path, value))
-    out = {}
-    for i, item in enumerate(value):
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise ClusterPolicyError("%s[%d] must be {name, value}, got %r" % (path, i, item))
-        literal = item.get("value", "") if set(item) <= {"name", "value"} else {k: v for k, v in item.items() if k != "name"}
-        out[item["name"]] = (literal, "%s[%s]" % (path, item["name"]))
-    return out
+def _mapping(value, path):
+    if not isinstance(value, dict):
+        raise ClusterPolicyError("%s must be a mapping, got %s" % (path, _show(value)))
+    return value
+
+
+def _typed(value, path, kind, what):
+    if value is not None and not isinstance(value, kind):
+        raise ClusterPolicyError("%s must be %s, got %s" % (path, what, _show(value)))
+    return value
+
+
+def _host_path(value, path):
+    """A path on the hosts: absolute, without '..' and of plain characters (no spaces, quotes or line breaks)."""
+    if not isinstance(value, str) or len(value) > 4096 or not HOST_PATH.fullmatch(value) or ".." in value.split("/"):
+        raise ClusterPolicyError("%s must be an absolute path of letters, digits and . _ + @ : - (no '..'), got %s"
+                                 % (path, _show(value)))
+    return value
+
+
+def _k8s_name(value, path, what="a Kubernetes object name", pattern=K8S_NAME, limit=253):
+    if not isinstance(value, str) or len(value) > limit or not pattern.fullmatch(value):
+        chars = "'-' and '.'" if pattern is K8S_NAME else "'-'"
+        raise ClusterPolicyError("%s must be %s (lowercase letters, digits, %s, at most %d characters), got %s"
+                                 % (path, what, chars, limit, _show(value)))
+    return value
 
 
 def find_clusterpolicy(data):
@@ -122,27 +379,48 @@ def find_clusterpolicy(data):
             else:
                 docs.append(obj)
         elif obj is not None:
-            raise ClusterPolicyError("expected Kubernetes objects (mappings), got %r" % (obj,))
+            raise ClusterPolicyError("expected Kubernetes objects (mappings), got %s" % _show(obj))
 
     collect(data)
+
+    def name_of(doc, kind):
+        meta = doc.get("metadata")
+        if meta is None:
+            return ""
+        name = _mapping(meta, kind + " metadata").get("name", "")
+        if not isinstance(name, str):
+            raise ClusterPolicyError("%s metadata.name must be a string, got %s" % (kind, _show(name)))
+        return name
+
     policies = [d for d in docs if d.get("kind") == "ClusterPolicy"]
     if len(policies) != 1:
-        names = [(p.get("metadata") or {}).get("name", "?") for p in policies]
+        names = [name_of(p, "ClusterPolicy") or "?" for p in policies]
         raise ClusterPolicyError("expected exactly one ClusterPolicy, found %d%s" % (
-            len(policies), (": " + ", ".join(names)) if names else ""))
+            len(policies), (": " + ", ".join(_comment(n)[:60] for n in names)) if names else ""))
     policy = policies[0]
+    name_of(policy, "ClusterPolicy")
     api = policy.get("apiVersion")
     if api != "nvidia.com/v1":
-        raise ClusterPolicyError("ClusterPolicy apiVersion must be nvidia.com/v1, got %r" % (api,))
+        raise ClusterPolicyError("ClusterPolicy apiVersion must be nvidia.com/v1, got %s" % _show(api))
     if not isinstance(policy.get("spec"), dict):
         raise ClusterPolicyError("ClusterPolicy has no spec mapping")
     configmaps = {}
     for d in docs:
         if d.get("kind") == "ConfigMap":
-            name = (d.get("metadata") or {}).get("name")
+            name = name_of(d, "ConfigMap")
             if name:
-                configmaps[name] = d.get("data") or {}
+                configmaps[name] = _mapping(d.get("data") or {}, "ConfigMap %s data" % _show(name, 60))
     return policy, configmaps
+
+
+def policy_namespace(policy):
+    """The operator's namespace as the ClusterPolicy's status gives it ("" when it does not): the live import
+    reads the ConfigMaps there."""
+    status = policy.get("status")
+    namespace = _mapping(status, "status").get("namespace") if status is not None else None
+    if _empty(namespace):
+        return ""
+    return _k8s_name(namespace, "status.namespace", "a namespace name", K8S_NAMESPACE, 63)
 
 
 def _split_repo(repo):
@@ -153,7 +431,7 @@ def _split_repo(repo):
 def toolkit_package_version(version):
     """Toolkit image tag (v1.17.8, v1.17.8-ubuntu20.04, v1.18.0-rc.1) -> package version (1.17.8-1,
     1.18.0~rc.1-1), as NVIDIA's libnvidia-container repository names them; None if it is no such tag."""
-    m = re.match(r"^v?(\d+\.\d+\.\d+)(?:-(rc\.\d+))?(?:-[a-z][a-z0-9.]*)?$", str(version))
+    m = re.fullmatch(r"v?([0-9]+\.[0-9]+\.[0-9]+)(?:-(rc\.[0-9]+))?(?:-[a-z][a-z0-9.]*)?", str(version))
     if not m:
         return None
     return m.group(1) + ("~" + m.group(2) if m.group(2) else "") + "-1"
@@ -173,18 +451,31 @@ class _Mapper:
 
     # -- access -----------------------------------------------------------------------------------
     def get(self, path, default=None):
+        """The field at ``path`` (dotted), ``default`` when it or a mapping above it is not set; a field above
+        it that is set but is no mapping is refused (it would hide everything under it)."""
         node = self.spec
-        for key in path.split("."):
-            if not isinstance(node, dict) or key not in node:
+        keys = path.split(".")
+        for i, key in enumerate(keys):
+            if node is None:
+                return default
+            _mapping(node, ".".join(keys[:i]))
+            if key not in node:
                 return default
             node = node[key]
         self.consumed.add(path)
         return node
 
+    def text(self, path):
+        """A string field (None when not set)."""
+        value = self.get(path)
+        return None if _empty(value) else _typed(value, path, str, "a string")
+
     def has(self, path):
         return not _empty(self.get(path))
 
     def set(self, var, value, *paths):
+        if var not in VARIABLES:
+            raise RuntimeError("bug: %s is not in VARIABLES, the importer's variables" % var)
         self.vars[var] = value
         src = self.sources.setdefault(var, [])
         for p in paths:
@@ -198,8 +489,7 @@ class _Mapper:
         value = self.get(key)
         if value is None:
             return {}
-        if not isinstance(value, dict):
-            raise ClusterPolicyError("spec.%s must be a mapping, got %r" % (key, value))
+        _mapping(value, key)
         self.consumed.discard(key)  # only its fields count as consumed
         return value
 
@@ -209,6 +499,11 @@ class _Mapper:
             return key in ENABLED_BY_DEFAULT
         return _bool(value, key + ".enabled")
 
+    def configmap_name(self, path):
+        """A field naming a ConfigMap (None when not set): a Kubernetes name, nothing else."""
+        value = self.get(path)
+        return None if _empty(value) else _k8s_name(value, path, "a ConfigMap name")
+
     def configmap(self, path, name):
         """The ConfigMap's data, or None (and the name recorded as needed)."""
         if name in self.configmaps:
@@ -216,6 +511,32 @@ class _Mapper:
         if name not in self.configmaps_needed:
             self.configmaps_needed.append(name)
         return None
+
+    def configmap_yaml(self, name, data, key):
+        """The YAML document under ``key`` of ConfigMap ``name``'s data, read within the input limits."""
+        what = "ConfigMap %s key %s" % (name, _show(key, 60) if not isinstance(key, str) else _comment(key)[:60])
+        return plain(load_one(_typed(data[key], what, str, "a string"), what), what)
+
+    def env(self, path):
+        """EnvVar list -> [(name, value, path)]: the literal value, or (valueFrom) the entry without its name.
+        An entry that a later one of the same name overrides (as Kubernetes does) is listed as unmapped."""
+        value = self.get(path, [])
+        if _empty(value):
+            return []
+        _typed(value, path, list, "a list of {name, value}")
+        out = {}
+        for i, item in enumerate(value):
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise ClusterPolicyError("%s[%d] must be {name, value}, got %s" % (path, i, _show(item)))
+            where = "%s[%s]" % (path, item["name"])
+            if set(item) <= {"name", "value"}:
+                literal = _typed(item.get("value", ""), where + ".value", str, "a string")
+            else:
+                literal = {k: v for k, v in item.items() if k != "name"}
+            if item["name"] in out:
+                self.skip(where, out[item["name"]][0], "overridden by a later entry of the same name")
+            out[item["name"]] = (literal, where)
+        return [(name, literal, where) for name, (literal, where) in out.items()]
 
     def leftover(self):
         """Every set leaf of spec nobody consumed: unmapped, reason unknown."""
@@ -243,21 +564,24 @@ class _Mapper:
                 if self.has("%s.%s" % (key, f)):
                     self.skip("%s.%s" % (key, f), self.get("%s.%s" % (key, f)), what)
         else:
-            if self.has(key + ".imagePullPolicy"):
-                self.set(prefix + "_image_pull_policy", self.get(key + ".imagePullPolicy"), key + ".imagePullPolicy")
+            policy = self.text(key + ".imagePullPolicy")
+            if policy is not None:
+                self.set(prefix + "_image_pull_policy", policy, key + ".imagePullPolicy")
             if self.has(key + ".imagePullSecrets"):
-                secrets = self.get(key + ".imagePullSecrets")
-                names = [s.get("name") if isinstance(s, dict) else s for s in secrets]
-                self.set(prefix + "_image_pull_secrets", names, key + ".imagePullSecrets")
+                path = key + ".imagePullSecrets"
+                secrets = _typed(self.get(path), path, list, "a list of Secret names")
+                names = [_k8s_name(s.get("name") if isinstance(s, dict) else s, "%s[%d]" % (path, i), "a Secret name")
+                         for i, s in enumerate(secrets)]
+                self.set(prefix + "_image_pull_secrets", names, path)
             if self.has(key + ".resources"):
-                self.set(prefix + "_resources", self.get(key + ".resources"), key + ".resources")
+                path = key + ".resources"
+                self.set(prefix + "_resources", _typed(self.get(path), path, dict, "a mapping"), path)
         if self.has(key + ".args"):
             self.skip(key + ".args", self.get(key + ".args"), WHY_ARGS)
         net = self.get(key + ".hostNetwork")
         if net is not None and _bool(net, key + ".hostNetwork"):
             self.skip(key + ".hostNetwork", net, WHY_HOST_NETWORK)
-        env = _env_list(self.get(key + ".env", []), key + ".env")
-        for name, (value, path) in env.items():
+        for name, value, path in self.env(key + ".env"):
             handler = (env_handlers or {}).get(name)
             if handler is None or not isinstance(value, str):
                 self.skip(path, value, WHY_ENV if handler is None else "valueFrom is not supported here")
@@ -269,18 +593,27 @@ def _image_vars(m):
     """<role>_image / <role>_registry / gpuops_registry from the components' repository/image/version."""
     hosts = {}
     components = {k: v for k, v in IMAGE_COMPONENTS.items() if k not in m.inert}
+    fields = {}
     for key in components:
-        repo = m.get(key + ".repository")
-        if isinstance(repo, str) and repo:
-            hosts[key] = _split_repo(repo)[0]
+        given = {}
+        for f in ("repository", "image", "version"):
+            path = "%s.%s" % (key, f)
+            value = m.get(path)
+            if _empty(value):
+                continue
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                raise ClusterPolicyError("%s must be a string, got %s" % (path, _show(value)))
+            given[f] = str(value)
+        fields[key] = given
+        if given.get("repository"):
+            hosts[key] = _split_repo(given["repository"])[0]
     distinct = set(hosts.values())
     registry = None
     if len(distinct) == 1 and OPERATOR_DEFAULT_REGISTRY not in distinct:
         registry = distinct.pop()
         m.set("gpuops_registry", registry, *["%s.repository" % k for k in hosts])
     for key, (prefix, default) in components.items():
-        given = {f: m.get("%s.%s" % (key, f)) for f in ("repository", "image", "version")}
-        given = {f: str(v) for f, v in given.items() if not _empty(v)}
+        given = fields[key]
         if not given:
             continue
         paths = ["%s.%s" % (key, f) for f in given]
@@ -310,9 +643,9 @@ def _driver(m):
     version = m.get("driver.version")
     if not _empty(version):
         v = str(version)
-        if re.match(r"^\d+$", v):
+        if re.fullmatch(r"[0-9]+", v):
             m.set("driver_branch", v, "driver.version")
-        elif re.match(r"^\d+\.\d+(\.\d+)?$", v):
+        elif re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)?", v):
             m.set("driver_branch", v.split(".", maxsplit=1)[0], "driver.version")
             m.set("driver_version", v, "driver.version")
         else:
@@ -321,7 +654,7 @@ def _driver(m):
     kmt = m.get("driver.kernelModuleType")
     if not _empty(kmt):
         if kmt not in ("auto", "open", "proprietary"):
-            raise ClusterPolicyError("driver.kernelModuleType must be auto, open or proprietary, got %r" % (kmt,))
+            raise ClusterPolicyError("driver.kernelModuleType must be auto, open or proprietary, got %s" % _show(kmt))
         m.set("driver_kernel_module_type", kmt, "driver.kernelModuleType")
     open_modules = m.get("driver.useOpenKernelModules")
     if open_modules is not None:
@@ -340,7 +673,6 @@ def _driver(m):
         m.skip("driver.rdma.enabled", True, "GPUDirect RDMA (nvidia-peermem) is not set up by gpuops.nvidia")
     if m.get("driver.rdma.useHostMofed") is not None and _bool(m.get("driver.rdma.useHostMofed"), "driver.rdma.useHostMofed"):
         m.skip("driver.rdma.useHostMofed", True, "GPUDirect RDMA (nvidia-peermem) is not set up by gpuops.nvidia")
-    m.consume_tree("driver.rdma")
     crd = m.get("driver.useNvidiaDriverCRD")
     if crd is not None and _bool(crd, "driver.useNvidiaDriverCRD"):
         m.skip("driver.useNvidiaDriverCRD", True, "NVIDIADriver custom resources: give each node pool's driver "
@@ -369,9 +701,13 @@ def _driver(m):
             m.skip(path, value, why)
         m.consume_tree(path)
     nls = m.get("driver.licensingConfig.nlsEnabled")
-    if nls is not None and not _empty(m.get("driver.licensingConfig.secretName") or m.get("driver.licensingConfig.configMapName")):
-        m.skip("driver.licensingConfig.nlsEnabled", nls, "vGPU guest licensing is not configured by gpuops.nvidia")
-    m.consume_tree("driver.licensingConfig")
+    if nls is not None:
+        _bool(nls, "driver.licensingConfig.nlsEnabled")
+        if m.has("driver.licensingConfig.secretName") or m.has("driver.licensingConfig.configMapName"):
+            m.skip("driver.licensingConfig.nlsEnabled", nls, "vGPU guest licensing is not configured by gpuops.nvidia")
+        else:
+            m.notes.append("driver.licensingConfig.nlsEnabled: no licensing Secret or ConfigMap is named, so there is "
+                           "nothing to license")
 
 
 def _upgrade(m):
@@ -384,7 +720,7 @@ def _upgrade(m):
     mp = m.get(pol + ".maxParallelUpgrades")
     if mp is not None:
         if isinstance(mp, bool) or not isinstance(mp, int) or mp < 0:
-            raise ClusterPolicyError("%s.maxParallelUpgrades must be an integer >= 0, got %r" % (pol, mp))
+            raise ClusterPolicyError("%s.maxParallelUpgrades must be an integer >= 0, got %s" % (pol, _show(mp)))
         if mp > 0:
             candidates.append((mp, pol + ".maxParallelUpgrades"))
     ds = m.get("daemonsets.rollingUpdate.maxUnavailable")
@@ -395,11 +731,11 @@ def _upgrade(m):
         if isinstance(v, int) and not isinstance(v, bool):
             return v
         s = str(v).strip()
-        if re.match(r"^\d+$", s):
+        if re.fullmatch(r"[0-9]+", s):
             return int(s)
-        if re.match(r"^\d+%$", s):
+        if re.fullmatch(r"[0-9]+%", s):
             return s
-        raise ClusterPolicyError("%s must be a count or a percentage, got %r" % (path, v))
+        raise ClusterPolicyError("%s must be a count or a percentage, got %s" % (path, _show(v)))
 
     values = [(norm(v, p), p) for v, p in candidates]
     driver_values = [vp for vp in values if vp[1].startswith(pol)]
@@ -446,25 +782,28 @@ def _upgrade(m):
                "deleteEmptyDir": "gpu_upgrade_drain_delete_emptydir_data", "podSelector": "gpu_upgrade_drain_pod_selectors"}
     for sub in ("drain", "podDeletion", "gpuPodDeletion", "waitForCompletion"):
         node = m.get("%s.%s" % (pol, sub))
-        if isinstance(node, dict):
-            for k, v in node.items():
+        if node is not None:
+            for k, v in _mapping(node, "%s.%s" % (pol, sub)).items():
                 path = "%s.%s.%s" % (pol, sub, k)
                 if k == "enable" and sub == "drain":
                     continue
                 if sub == used and k in targets:
                     if k == "timeoutSeconds":
                         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                            raise ClusterPolicyError("%s must be an integer >= 0, got %r" % (path, v))
+                            raise ClusterPolicyError("%s must be an integer >= 0, got %s" % (path, _show(v)))
                         m.set(targets[k], v, path)
                     elif k == "podSelector":
                         if not _empty(v):
-                            m.set(targets[k], [v], path)
+                            m.set(targets[k], [_typed(v, path, str, "a label selector (a string)")], path)
                     else:
                         m.set(targets[k], _bool(v, path), path)
                 elif sub == "waitForCompletion":
                     if not _empty(v) and v != 0:
                         m.skip(path, v, "playbooks/driver_upgrade.yml does not wait for jobs to complete before it "
                                         "drains; the drain's eviction waits for PodDisruptionBudgets")
+                elif sub == used:
+                    if not _empty(v):
+                        m.skip(path, v, "no setting of playbooks/driver_upgrade.yml's drain corresponds")
                 elif not _empty(v):
                     m.skip(path, v, "the operator does not use these %s settings (%s); the drain takes its "
                                     "settings from %s" % (sub, "drain.enable is false" if sub == "drain"
@@ -508,21 +847,21 @@ def _toolkit(m):
 
     def config_for(rt):
         def handler(value, path):
-            configs[rt] = (value, path)
+            configs[rt] = (_host_path(value, path), path)
         return handler
 
     extra = {}
 
     def socket_for(rt):
         def handler(value, path):
-            extra.setdefault("socket", []).append((rt, value, path))
+            extra.setdefault("socket", []).append((rt, _host_path(value, path), path))
         return handler
 
     def set_default(value, path):
         m.set("container_toolkit_set_as_default", _bool(value, path), path)
 
     def set_class(value, path):
-        m.set("container_toolkit_runtime_name", value, path)
+        m.set("container_toolkit_runtime_name", _k8s_name(value, path, "a runtime handler name", K8S_NAMESPACE, 63), path)
 
     def set_mode(value, path):
         if value not in RUNTIME_MODES:
@@ -531,7 +870,7 @@ def _toolkit(m):
             m.set("container_toolkit_runtime_mode", value, path)
 
     def set_dropin(value, path):
-        configs["drop-in"] = (value, path)
+        configs["drop-in"] = (_host_path(value, path), path)
 
     def crio_mode(value, path):
         if value != "config":
@@ -592,8 +931,8 @@ def _device_plugin(m, disabled):
     key = "devicePlugin"
     if not m.enabled(key):
         disabled["device_plugin"] = key + ".enabled"
-    name = m.get(key + ".config.name")
-    default = m.get(key + ".config.default")
+    name = m.configmap_name(key + ".config.name")
+    default = m.text(key + ".config.default")
     configs = None
     if not _empty(name):
         data = m.configmap(key + ".config.name", name)
@@ -601,12 +940,7 @@ def _device_plugin(m, disabled):
             m.skip(key + ".config.name", name, "the named configs are the data of ConfigMap %s: import from the live "
                    "cluster, or add the ConfigMap as another document of the ClusterPolicy file" % name)
         else:
-            configs = {}
-            for k, text in data.items():
-                try:
-                    configs[k] = yaml.safe_load(text) if isinstance(text, str) else text
-                except yaml.YAMLError as e:
-                    raise ClusterPolicyError("ConfigMap %s key %s is not YAML: %s" % (name, k, e)) from e
+            configs = {k: m.configmap_yaml(name, data, k) for k in data}
     for f in ("create", "data"):  # helm-only keys some ClusterPolicies carry
         if m.has("%s.config.%s" % (key, f)):
             m.skip("%s.config.%s" % (key, f), m.get("%s.config.%s" % (key, f)), "helm chart value, not a ClusterPolicy field")
@@ -643,7 +977,6 @@ def _device_plugin(m, disabled):
         root = m.get(key + ".mps.root")
         if root != "/run/nvidia/mps":
             m.skip(key + ".mps.root", root, "the MPS root is fixed at /run/nvidia/mps by gpuops.nvidia's manifests")
-    m.consume_tree(key + ".mps")
     if flags:
         if configs is None and not _empty(name):
             for value, path in flags.values():
@@ -676,7 +1009,7 @@ def _mig(m, disabled):
     strategy = m.get("mig.strategy")
     if not _empty(strategy):
         if strategy not in ("none", "single", "mixed"):
-            raise ClusterPolicyError("mig.strategy must be none, single or mixed, got %r" % (strategy,))
+            raise ClusterPolicyError("mig.strategy must be none, single or mixed, got %s" % _show(strategy))
         m.set("gpuops_mig_strategy", strategy, "mig.strategy")
     key = "migManager"
     if not m.enabled(key):
@@ -687,7 +1020,7 @@ def _mig(m, disabled):
     m.common(key, "mig_manager", env_handlers={"WITH_REBOOT": with_reboot})
     for sub, var, cm_key in (("config", "gpuops_mig_configs", "config.yaml"),
                              ("gpuClientsConfig", "mig_manager_gpu_clients", "clients.yaml")):
-        name = m.get("%s.%s.name" % (key, sub))
+        name = m.configmap_name("%s.%s.name" % (key, sub))
         if _empty(name):
             continue
         data = m.configmap("%s.%s.name" % (key, sub), name)
@@ -697,8 +1030,8 @@ def _mig(m, disabled):
         elif cm_key not in data:
             m.skip("%s.%s.name" % (key, sub), name, "ConfigMap %s has no %s key" % (name, cm_key))
         else:
-            m.set(var, yaml.safe_load(data[cm_key]), "%s.%s.name" % (key, sub))
-    default = m.get(key + ".config.default")
+            m.set(var, m.configmap_yaml(name, data, cm_key), "%s.%s.name" % (key, sub))
+    default = m.text(key + ".config.default")
     if not _empty(default):
         m.set("mig_manager_default_config", default, key + ".config.default")
     for f in ("create", "data"):
@@ -712,7 +1045,7 @@ def _dcgm(m, disabled):
         disabled["dcgm_exporter"] = key + ".enabled"
 
     def listen(value, path):
-        mm = re.match(r"^[^:]*:(\d+)$", value)
+        mm = re.fullmatch(r"[^:]*:([0-9]+)", value)
         if mm:
             m.set("dcgm_exporter_port", int(mm.group(1)), path)
         else:
@@ -722,17 +1055,19 @@ def _dcgm(m, disabled):
     if m.get(sm + ".enabled") is not None:
         m.set("dcgm_exporter_service_monitor", "true" if _bool(m.get(sm + ".enabled"), sm + ".enabled") else "false",
               sm + ".enabled")
-    if m.has(sm + ".interval"):
-        m.set("dcgm_exporter_service_monitor_interval", str(m.get(sm + ".interval")), sm + ".interval")
+    interval = m.text(sm + ".interval")
+    if interval is not None:
+        m.set("dcgm_exporter_service_monitor_interval", interval, sm + ".interval")
     if m.has(sm + ".additionalLabels"):
-        m.set("dcgm_exporter_service_monitor_labels", m.get(sm + ".additionalLabels"), sm + ".additionalLabels")
+        labels = _typed(m.get(sm + ".additionalLabels"), sm + ".additionalLabels", dict, "a mapping")
+        m.set("dcgm_exporter_service_monitor_labels", labels, sm + ".additionalLabels")
     for f, why in (("honorLabels", "the ServiceMonitor's honorLabels is not configurable here"),
                    ("scrapeTimeout", "the ServiceMonitor's scrapeTimeout is not configurable here (Prometheus' default applies)"),
                    ("relabelings", "the ServiceMonitor's relabelings are not configurable here")):
         value = m.get("%s.%s" % (sm, f))
         if not _empty(value) and value is not False:
             m.skip("%s.%s" % (sm, f), value, why)
-    name = m.get(key + ".config.name")
+    name = m.configmap_name(key + ".config.name")
     if not _empty(name):
         data = m.configmap(key + ".config.name", name)
         if data is None:
@@ -741,16 +1076,20 @@ def _dcgm(m, disabled):
         elif "dcgm-metrics.csv" not in data:
             m.skip(key + ".config.name", name, "ConfigMap %s has no dcgm-metrics.csv key" % name)
         else:
-            m.set("dcgm_exporter_metrics", parse_metrics_csv(data["dcgm-metrics.csv"]), key + ".config.name")
+            what = "ConfigMap %s key dcgm-metrics.csv" % name
+            text = _typed(data["dcgm-metrics.csv"], what, str, "a string")
+            if len(text) > MAX_TEXT:
+                raise ClusterPolicyError("%s is larger than %d MiB" % (what, MAX_TEXT // 2 ** 20))
+            m.set("dcgm_exporter_metrics", parse_metrics_csv(text, what), key + ".config.name")
     for f in ("create", "data"):
         if m.has("%s.config.%s" % (key, f)):
             m.skip("%s.config.%s" % (key, f), m.get("%s.config.%s" % (key, f)), "helm chart value, not a ClusterPolicy field")
-    if m.has(key + ".service.type"):
-        m.set("dcgm_exporter_service_type", m.get(key + ".service.type"), key + ".service.type")
+    service_type = m.text(key + ".service.type")
+    if service_type is not None:
+        m.set("dcgm_exporter_service_type", service_type, key + ".service.type")
     itp = m.get(key + ".service.internalTrafficPolicy")
     if not _empty(itp) and itp != "Cluster":
         m.skip(key + ".service.internalTrafficPolicy", itp, "the Service's internalTrafficPolicy is not configurable here")
-    m.consume_tree(key + ".service")
     for f in ("hostPID", "enablePodLabels", "enablePodUID"):
         value = m.get("%s.%s" % (key, f))
         if value is not None and _bool(value, "%s.%s" % (key, f)):
@@ -758,22 +1097,28 @@ def _dcgm(m, disabled):
     hpc = m.get(key + ".hpcJobMapping.enabled")
     if hpc is not None and _bool(hpc, key + ".hpcJobMapping.enabled"):
         m.skip(key + ".hpcJobMapping", m.get(key + ".hpcJobMapping"), "HPC job mapping is not configurable here")
-    m.consume_tree(key + ".hpcJobMapping")
+        m.consume_tree(key + ".hpcJobMapping")
+    elif set(m.get(key + ".hpcJobMapping") or {}) - {"enabled"}:
+        m.notes.append("%s.hpcJobMapping.*: not used by the operator while hpcJobMapping.enabled is false" % key)
+        m.consume_tree(key + ".hpcJobMapping")
     if m.has(key + ".podLabelAllowlistRegex"):
         m.skip(key + ".podLabelAllowlistRegex", m.get(key + ".podLabelAllowlistRegex"), "pod labels are not exported here")
     if m.has(key + ".annotations"):
         m.skip(key + ".annotations", m.get(key + ".annotations"), "pod annotations are not configurable here")
 
 
-def parse_metrics_csv(text):
+def parse_metrics_csv(text, what="dcgm-metrics.csv"):
     """dcgm-exporter's counters CSV -> [[field, type, help], ...] (comments and blank lines dropped)."""
     rows = []
-    for row in csv.reader(io.StringIO(text), skipinitialspace=True):
-        if not row or not row[0].strip() or row[0].lstrip().startswith("#"):
-            continue
-        if len(row) < 2:
-            raise ClusterPolicyError("dcgm-metrics.csv row %r needs at least a field and a type" % (row,))
-        rows.append([row[0].strip(), row[1].strip(), ",".join(row[2:]).strip()])
+    try:
+        for row in csv.reader(io.StringIO(text), skipinitialspace=True):
+            if not row or not row[0].strip() or row[0].lstrip().startswith("#"):
+                continue
+            if len(row) < 2:
+                raise ClusterPolicyError("%s: row %s needs at least a field and a type" % (what, _show(row)))
+            rows.append([row[0].strip(), row[1].strip(), ",".join(row[2:]).strip()])
+    except csv.Error as e:
+        raise ClusterPolicyError("%s is not valid CSV: %s" % (what, e)) from e
     return rows
 
 
@@ -782,14 +1127,14 @@ def _sandbox(m, disabled):
     on = enabled is not None and _bool(enabled, "sandboxWorkloads.enabled")
     workload = m.get("sandboxWorkloads.defaultWorkload")
     if not _empty(workload) and workload not in WORKLOADS:
-        raise ClusterPolicyError("sandboxWorkloads.defaultWorkload must be one of %s, got %r" % (", ".join(WORKLOADS), workload))
+        raise ClusterPolicyError("sandboxWorkloads.defaultWorkload must be one of %s, got %s" % (", ".join(WORKLOADS), _show(workload)))
     if on:
         if not _empty(workload):
             m.set("gpuops_default_workload", workload, "sandboxWorkloads.defaultWorkload")
         mode = m.get("sandboxWorkloads.mode")
         if not _empty(mode):
             if mode not in ("kubevirt", "kata"):
-                raise ClusterPolicyError("sandboxWorkloads.mode must be kubevirt or kata, got %r" % (mode,))
+                raise ClusterPolicyError("sandboxWorkloads.mode must be kubevirt or kata, got %s" % _show(mode))
             m.set("gpuops_sandbox_mode", mode, "sandboxWorkloads.mode")
     else:
         if enabled is not None or not _empty(workload):
@@ -798,9 +1143,10 @@ def _sandbox(m, disabled):
         if not _empty(workload) and workload != "container":
             m.notes.append("sandboxWorkloads.defaultWorkload=%s: ignored by the operator while sandboxWorkloads.enabled "
                            "is false" % workload)
-        m.consume_tree("sandboxWorkloads")
+        if m.has("sandboxWorkloads.mode"):
+            m.notes.append("sandboxWorkloads.mode: ignored by the operator while sandboxWorkloads.enabled is false")
         for key in SANDBOX_COMPONENTS:
-            if isinstance(m.spec.get(key), dict) and m.spec[key]:
+            if m.spec.get(key) is not None and _mapping(m.spec[key], key):
                 m.notes.append("%s.*: not deployed by the operator while sandboxWorkloads.enabled is false" % key)
             m.consume_tree(key)
             m.inert.add(key)
@@ -823,7 +1169,7 @@ def _sandbox(m, disabled):
     if not m.enabled("vgpuDeviceManager"):
         disabled["vgpu_device_manager"] = "vgpuDeviceManager.enabled"
     m.common("vgpuDeviceManager", "vgpu_device_manager")
-    name = m.get("vgpuDeviceManager.config.name")
+    name = m.configmap_name("vgpuDeviceManager.config.name")
     if not _empty(name):
         data = m.configmap("vgpuDeviceManager.config.name", name)
         if data is None:
@@ -832,8 +1178,9 @@ def _sandbox(m, disabled):
         elif "config.yaml" not in data:
             m.skip("vgpuDeviceManager.config.name", name, "ConfigMap %s has no config.yaml key" % name)
         else:
-            m.set("gpuops_vgpu_device_manager_config", yaml.safe_load(data["config.yaml"]), "vgpuDeviceManager.config.name")
-    default = m.get("vgpuDeviceManager.config.default")
+            m.set("gpuops_vgpu_device_manager_config", m.configmap_yaml(name, data, "config.yaml"),
+                  "vgpuDeviceManager.config.name")
+    default = m.text("vgpuDeviceManager.config.default")
     if not _empty(default):
         m.set("gpuops_vgpu_default_config", default, "vgpuDeviceManager.config.default")
     if not m.enabled("sandboxDevicePlugin"):
@@ -846,23 +1193,21 @@ def _validator(m):
         m.set("validator_with_workload", _bool(value, path), path)
     m.common("validator", "validator")
     for sub in ("plugin", "cuda", "driver", "toolkit", "vfioPCI", "vgpuManager", "vgpuDevices"):
-        env = _env_list(m.get("validator.%s.env" % sub, []) or [], "validator.%s.env" % sub)
-        for name, (value, path) in env.items():
+        for name, value, path in m.env("validator.%s.env" % sub):
             if name == "WITH_WORKLOAD" and sub in ("plugin", "cuda") and isinstance(value, str):
                 with_workload(value, path)
             else:
                 m.skip(path, value, WHY_ENV)
-        m.consume_tree("validator." + sub)
 
 
 def _daemonsets(m):
     tol = m.get("daemonsets.tolerations")
     if tol is not None:
-        m.set("gpuops_k8s_tolerations", tol, "daemonsets.tolerations")
+        m.set("gpuops_k8s_tolerations", _typed(tol, "daemonsets.tolerations", list, "a list"), "daemonsets.tolerations")
     pc = m.get("daemonsets.priorityClassName")
     if not _empty(pc):
-        sandbox = m.spec.get("sandboxWorkloads") or {}
-        sandbox_on = isinstance(sandbox, dict) and _bool(sandbox.get("enabled", False), "sandboxWorkloads.enabled")
+        _k8s_name(pc, "daemonsets.priorityClassName", "a PriorityClass name")
+        sandbox_on = _bool(m.get("sandboxWorkloads.enabled", False), "sandboxWorkloads.enabled")
         for key, (prefix, _d) in IMAGE_COMPONENTS.items():
             if sandbox_on or key not in SANDBOX_COMPONENTS:
                 m.set(prefix + "_priority_class", pc, "daemonsets.priorityClassName")
@@ -879,9 +1224,15 @@ def _daemonsets(m):
 
 def _operator(m):
     rc = m.get("operator.runtimeClass")
-    handler = next((e.get("value") for e in (m.spec.get("toolkit") or {}).get("env") or []
-                    if isinstance(e, dict) and e.get("name") == "CONTAINERD_RUNTIME_CLASS"), None) or "nvidia"
+    handler = "nvidia"
+    env = m.get("toolkit.env")  # its shape is checked with the toolkit's other fields
+    for e in env if isinstance(env, list) else []:
+        if isinstance(e, dict) and e.get("name") == "CONTAINERD_RUNTIME_CLASS" and e.get("value") \
+                and isinstance(e["value"], str):
+            handler = _k8s_name(e["value"], "toolkit.env[CONTAINERD_RUNTIME_CLASS]", "a runtime handler name",
+                                K8S_NAMESPACE, 63)
     if not _empty(rc):
+        _k8s_name(rc, "operator.runtimeClass", "a RuntimeClass name")
         m.set("gpuops_runtime_class", rc, "operator.runtimeClass")
         m.set("runtime_class_handlers", [{"name": rc, "handler": handler}], "operator.runtimeClass")
     m.get("operator.defaultRuntime")  # mapped with the toolkit
@@ -902,9 +1253,12 @@ def _others(m):
         if key not in m.spec:
             continue
         section = m.spec.get(key)
-        on = m.enabled(key) if isinstance(section, dict) else False
-        if on:
+        if section is None:
+            continue
+        if m.enabled(key):
             m.skip(key, section, why)
+        elif set(_mapping(section, key)) - {"enabled"}:
+            m.notes.append("%s.*: not deployed by the operator while %s.enabled is false" % (key, key))
         m.consume_tree(key)
     for key, why in (("psp", "PodSecurityPolicy was removed in Kubernetes 1.25; nothing to create"),
                      ("psa", "gpuops.nvidia does not set pod-security.kubernetes.io labels on the namespace; label "
@@ -912,7 +1266,6 @@ def _others(m):
         value = m.get(key + ".enabled")
         if value is not None and _bool(value, key + ".enabled"):
             m.skip(key + ".enabled", value, why)
-        m.consume_tree(key)
     hp = "hostPaths"
     for f, default, var in (("rootFS", "/", None), ("driverInstallDir", "/run/nvidia/driver", None),
                             ("kubeletRootDir", "/var/lib/kubelet", "validator_node_kubelet_dir")):
@@ -920,19 +1273,21 @@ def _others(m):
         if _empty(value):
             continue
         if var:
-            m.set(var, value, "%s.%s" % (hp, f))
+            m.set(var, _host_path(value, "%s.%s" % (hp, f)), "%s.%s" % (hp, f))
         elif value != default:
             m.skip("%s.%s" % (hp, f), value, "host paths of the operator's containers; gpuops.nvidia works on the "
                    "hosts themselves (driver under /, toolkit in /usr/bin)")
 
 
 def clusterpolicy_to_vars(data, configmaps=None):
-    """The mapping (see the module docstring). ``configmaps``: {name: data} or ConfigMap objects, added
-    to the ConfigMaps found beside the ClusterPolicy."""
-    policy, found = find_clusterpolicy(data)
+    """The mapping (see the module docstring). ``data``: the objects, or YAML text (a file's content: parsed
+    here, within the limits). ``configmaps``: {name: data} or ConfigMap objects, added to the ConfigMaps found
+    beside the ClusterPolicy."""
+    policy, found = find_clusterpolicy(read_input(data))
     if configmaps:
+        configmaps = read_input(configmaps, "the configmaps argument")
         if isinstance(configmaps, dict) and configmaps.get("kind") is None and "resources" not in configmaps:
-            found.update(configmaps)
+            found.update({k: _mapping(v or {}, "ConfigMap %s data" % _show(k, 60)) for k, v in configmaps.items()})
         else:
             _p, extra = find_clusterpolicy([policy, configmaps])
             found.update(extra)
@@ -959,6 +1314,7 @@ def clusterpolicy_to_vars(data, configmaps=None):
     meta = policy.get("metadata") or {}
     return {
         "name": meta.get("name", ""),
+        "namespace": policy_namespace(policy),
         "vars": _ordered(m.vars),
         "sources": {k: m.sources[k] for k in _ordered(m.vars)},
         "unmapped": m.unmapped,
@@ -992,45 +1348,112 @@ def _ordered(variables):
     return {k: variables[k] for k in sorted(variables, key=lambda k: (_section_of(k), k))}
 
 
-def _dump(value):
-    return yaml.safe_dump(value, default_flow_style=False, sort_keys=False, width=100, allow_unicode=True)
+class _GroupVarsDumper(yaml.SafeDumper):
+    """safe_dump, with every value written out in full (no anchors or aliases) and any string holding a line
+    break or another control or format character written double-quoted, where YAML escapes them."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+def _represent_str(dumper, value):
+    quote = any(unicodedata.category(c)[0] in "CZ" and c != " " for c in value)
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"' if quote else None)
+
+
+_GroupVarsDumper.add_representer(str, _represent_str)
+
+
+def _dump(value, **kw):
+    try:
+        return yaml.dump(value, Dumper=_GroupVarsDumper, sort_keys=False, allow_unicode=True, **kw)
+    except yaml.YAMLError as e:
+        raise ClusterPolicyError("cannot write %s as YAML: %s" % (_show(value), e)) from e
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _comment(text):
+    """Text for a ``#`` comment line: line breaks (YAML also ends a comment at U+0085, U+2028 and U+2029),
+    other control and format characters and every space but ' ' are shown escaped, so the text can neither
+    end the comment nor hide in it."""
+    out = []
+    for c in str(text):
+        if c == " " or unicodedata.category(c)[0] not in "CZ":
+            out.append(c)
+        elif c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        else:
+            o = ord(c)
+            out.append("\\x%02x" % o if o < 0x100 else "\\u%04x" % o if o < 0x10000 else "\\U%08x" % o)
+    return "".join(out)
 
 
 def _comment_value(value):
-    text = yaml.safe_dump(value, default_flow_style=True, width=10 ** 6, sort_keys=False).strip()
+    text = _dump(value, default_flow_style=True, width=10 ** 6).strip()
     if text.endswith("\n..."):
         text = text[:-4].strip()
-    return text if len(text) <= 160 else text[:157] + "..."
+    return _comment(text if len(text) <= 160 else text[:157] + "...")
+
+
+def _check_result(result):
+    """A clusterpolicy_to_vars result, as group_vars_text writes it: its variables are the importer's own."""
+    if not isinstance(result, dict) or not isinstance(result.get("vars"), dict):
+        raise ClusterPolicyError("expected the result of clusterpolicy_to_vars (with vars, sources, unmapped)")
+    for var in result["vars"]:
+        if var not in VARIABLES:
+            raise ClusterPolicyError("%s is not a variable the ClusterPolicy import writes" % _show(var))
+    if not isinstance(result.get("name") or "", str):
+        raise ClusterPolicyError("the result's name must be a string, got %s" % _show(result["name"]))
+    sources = _typed(result.get("sources") or {}, "the result's sources", dict, "a mapping")
+    for var, paths in sources.items():
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise ClusterPolicyError("the result's sources of %s must be a list of field paths" % _show(var))
+    for i, u in enumerate(_typed(result.get("unmapped") or [], "the result's unmapped", list, "a list")):
+        if not isinstance(u, dict) or not {"path", "value", "why"} <= set(u) \
+                or not isinstance(u["path"], str) or not isinstance(u["why"], str):
+            raise ClusterPolicyError("the result's unmapped[%d] must be {path, value, why}, got %s" % (i, _show(u)))
+    notes = _typed(result.get("notes") or [], "the result's notes", list, "a list")
+    if not all(isinstance(n, str) for n in notes):
+        raise ClusterPolicyError("the result's notes must be strings")
 
 
 def group_vars_text(result, source=""):
     """The group_vars YAML file for a clusterpolicy_to_vars result: each variable with the fields it
-    comes from, then every field with no equivalent (path: value -- why) as comments."""
-    if not isinstance(result, dict) or "vars" not in result:
-        raise ClusterPolicyError("expected the result of clusterpolicy_to_vars (with vars, sources, unmapped)")
-    lines = ["---",
+    comes from, then every field with no equivalent (path: value -- why) as comments.
+
+    The document carries the ``!unsafe`` tag: Ansible reads every string in it -- values, nested keys, list
+    items -- as data it never templates (ansible-core 2.19 propagates the tag into the whole document and
+    keeps each value's type), so a ``{{ ... }}`` in a ClusterPolicy or ConfigMap cannot run when the
+    variables are used. Tagging each value instead would not do: Ansible re-reads a tagged scalar as if it
+    were unquoted, so ``!unsafe '580'`` would become the integer 580. Only the importer's own variable names
+    are written, and comment text is escaped (``_comment``)."""
+    _check_result(result)
+    lines = ["--- !unsafe",
              "# gpuops.nvidia group_vars imported from GPU Operator ClusterPolicy %s%s" % (
-                 result.get("name") or "?", (" (%s)" % source) if source else ""),
+                 _comment(result.get("name") or "?"), (" (%s)" % _comment(source)) if source else ""),
              "# by playbooks/import_clusterpolicy.yml (the gpuops.nvidia.clusterpolicy_to_vars filter).",
              "# Each variable names the ClusterPolicy field(s) it comes from; the fields with no equivalent",
-             "# in gpuops.nvidia are listed at the end, with why."]
+             "# in gpuops.nvidia are listed at the end, with why. Everything in this file is data (the !unsafe",
+             "# tag above): Ansible never templates it. Put variables of your own in another file."]
     current = None
     sources = result.get("sources") or {}
-    for var, value in (result.get("vars") or {}).items():
+    for var, value in result["vars"].items():
         sec = _section_of(var)
         if sec != current:
             current = sec
             lines += ["", "# --- %s ---" % (_SECTIONS[sec][0] if sec < len(_SECTIONS) else "Other")]
-        lines.append("# from %s" % ", ".join(sources.get(var) or ["?"]))
-        lines += _dump({var: value}).rstrip("\n").split("\n")
+        lines.append("# from %s" % _comment(", ".join(sources.get(var) or ["?"])))
+        lines += _dump({var: value}, default_flow_style=False, width=100).rstrip("\n").split("\n")
     notes = result.get("notes") or []
     if notes:
-        lines += ["", "# --- Needs nothing here ---"] + ["#   %s" % n for n in notes]
+        lines += ["", "# --- Needs nothing here ---"] + ["#   %s" % _comment(n) for n in notes]
     unmapped = result.get("unmapped") or []
     lines += ["", "# --- No equivalent in gpuops.nvidia (%d) ---" % len(unmapped)]
     if not unmapped:
         lines.append("#   (none)")
     for u in unmapped:
-        lines.append("#   %s: %s" % (u["path"], _comment_value(u["value"]).replace("\n", " ")))
-        lines.append("#       -- %s" % u["why"])
+        lines.append("#   %s: %s" % (_comment(u["path"]), _comment_value(u["value"])))
+        lines.append("#       -- %s" % _comment(u["why"]))
     return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@ does) and what the roles' own config validators accept."""
 from __future__ import annotations
 
 import copy
+import re
 import os
 import sys
 
@@ -15,6 +16,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.parsing.dataloader import DataLoader
 from ansible_collections.gpuops.nvidia.plugins.filter import clusterpolicy as f
 from ansible_collections.gpuops.nvidia.plugins.filter import k8s_plan
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _clusterpolicy as cp
@@ -28,6 +30,11 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "clus
 def load(name):
     with open(os.path.join(FIXTURES, name)) as fh:
         return [d for d in yaml.safe_load_all(fh) if d]
+
+
+def load_group_vars(text):
+    """The written file as Ansible reads group_vars (its YAML loader: the !unsafe tag), as plain values."""
+    return _untagged(DataLoader().load(text))
 
 
 def paths(result):
@@ -338,7 +345,7 @@ def role_arguments(role, variables, entry="main"):
 def test_written_group_vars_pass_the_roles_argument_specs(fixture, tmp_path):
     result = f.clusterpolicy_to_vars(load(fixture), VGPU_CONFIGMAP)
     text = f.clusterpolicy_group_vars(result, fixture)
-    written = yaml.safe_load(text)
+    written = load_group_vars(text)
     assert written == result["vars"]  # the comments carry the rest
     for u in result["unmapped"]:
         assert "#   %s: " % u["path"] in text
@@ -365,7 +372,7 @@ def test_group_vars_text_is_stable_and_commented():
     result = f.clusterpolicy_to_vars(load("mig-mixed-custom-registry.yaml-stream"))
     text = f.clusterpolicy_group_vars(result, "cp.yaml")
     assert text == f.clusterpolicy_group_vars(f.clusterpolicy_to_vars(load("mig-mixed-custom-registry.yaml-stream")), "cp.yaml")
-    assert text.startswith("---\n# gpuops.nvidia group_vars imported from GPU Operator ClusterPolicy cluster-policy (cp.yaml)")
+    assert text.startswith("--- !unsafe\n# gpuops.nvidia group_vars imported from GPU Operator ClusterPolicy cluster-policy (cp.yaml)")
     assert "# from driver.upgradePolicy.maxParallelUpgrades\ngpu_upgrade_max_unavailable: 1\n" in text
     assert "# --- No equivalent in gpuops.nvidia (16) ---" in text
     with pytest.raises(AnsibleFilterError, match="clusterpolicy_group_vars: expected the result"):
@@ -385,3 +392,177 @@ def test_drain_settings_come_from_what_the_operator_uses():
                                  "spec": {"driver": {"upgradePolicy": pol}}})
     assert r["vars"]["gpu_upgrade_drain_timeout"] == 60 and r["vars"]["gpu_upgrade_drain_force"] is False
     assert "driver.upgradePolicy.drain.enable" in paths(r) and "driver.upgradePolicy.drain.podSelector" in paths(r)
+
+
+# -- wrong shapes: every field ends in a variable, the unmapped list, a note or a named refusal --------------
+
+WRONG_SHAPE_FIXTURES = ["every-field.yaml", "default-sample.yaml", "mig-mixed-custom-registry.yaml-stream",
+                        "sandbox-vfio-vgpu.yaml"]
+
+
+def _field_paths(node, keys=()):
+    """Every field of a spec, intermediate mappings included: (keys, value). Lists are fields themselves."""
+    for key, value in node.items():
+        yield keys + (key,), value
+        if isinstance(value, dict):
+            yield from _field_paths(value, keys + (key,))
+
+
+def _wrong_values(value):
+    """Values of other types than ``value``'s: a string where a mapping, list or boolean is expected, a list
+    where a scalar is, a mapping where a scalar is."""
+    if isinstance(value, dict):
+        return ["wrong", True, ["wrong"]]
+    if isinstance(value, list):
+        return ["wrong", {"wrong": "wrong"}]
+    if isinstance(value, bool):
+        return ["wrong", ["wrong"], {"wrong": "wrong"}]
+    if isinstance(value, int):
+        return ["wrong", ["wrong"], {"wrong": "wrong"}]
+    return [["wrong"], {"wrong": "wrong"}]
+
+
+def _leaves(path, value):
+    if isinstance(value, dict) and value:
+        for k, v in value.items():
+            yield from _leaves("%s.%s" % (path, k), v)
+    else:
+        yield path, value
+
+
+def _related(a, b):
+    return a == b or a.startswith((b + ".", b + "[")) or b.startswith((a + ".", a + "["))
+
+
+def _note_paths(notes):
+    out = []
+    for n in notes:
+        head = n.split(":", 1)[0].split("=", 1)[0]
+        out.append(head[:-2] if head.endswith(".*") else head)
+    return out
+
+
+def _holds(haystack, needle):
+    if haystack == needle:
+        return True
+    if isinstance(haystack, dict):
+        return any(_holds(v, needle) for v in haystack.values())
+    if isinstance(haystack, list):
+        return any(_holds(v, needle) for v in haystack)
+    return False
+
+
+def _set_path(spec, keys, value):
+    node = spec
+    for k in keys[:-1]:
+        node = node[k]
+    node[keys[-1]] = value
+
+
+def _wrong_shape_cases():
+    for fixture in WRONG_SHAPE_FIXTURES:
+        spec = load(fixture)[0]["spec"]
+        for keys, value in _field_paths(spec):
+            for wrong in _wrong_values(value):
+                yield fixture, keys, wrong
+
+
+def test_every_field_with_a_wrong_type_is_accounted_for():
+    """Each field the importer knows (every-field.yaml and the samples), one at a time, given a value of a type
+    it does not have: the value ends in a variable (unchanged), the unmapped list, a note, or a refusal that names
+    the field -- never dropped, never mangled (a string taken for a list of characters)."""
+    problems = []
+    cases = 0
+    parsed = {fixture: load(fixture) for fixture in WRONG_SHAPE_FIXTURES}
+    for fixture, keys, wrong in _wrong_shape_cases():
+        cases += 1
+        path = ".".join(keys)
+        docs = copy.deepcopy(parsed[fixture])
+        _set_path(docs[0]["spec"], keys, copy.deepcopy(wrong))
+        try:
+            r = f.clusterpolicy_to_vars(docs)
+        except AnsibleFilterError as e:
+            if path not in str(e):
+                problems.append("%s %s=%r: refused without naming the field: %s" % (fixture, path, wrong, e))
+            continue
+        unmapped = [u["path"] for u in r["unmapped"]]
+        notes = _note_paths(r["notes"])
+        for leaf, value in _leaves(path, wrong):
+            if any(_related(leaf, u) for u in unmapped) or any(_related(leaf, n) for n in notes):
+                continue
+            into = [var for var, srcs in r["sources"].items() if any(_related(leaf, s) for s in srcs)]
+            if not into:
+                problems.append("%s %s=%r: %s dropped" % (fixture, path, wrong, leaf))
+            elif not any(_holds(r["vars"][var], value) for var in into):
+                problems.append("%s %s=%r: %s mangled into %s" % (
+                    fixture, path, wrong, leaf, {var: r["vars"][var] for var in into}))
+    assert cases > 600
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("bits, match", [
+    ({"devicePlugin": {"imagePullSecrets": "regcred"}}, "devicePlugin.imagePullSecrets must be a list"),
+    ({"sandboxWorkloads": True}, "sandboxWorkloads must be a mapping"),
+    ({"gds": "on"}, "gds must be a mapping"),
+    ({"psa": ["enabled"]}, "psa must be a mapping"),
+    ({"validator": {"plugin": "x"}}, "validator.plugin must be a mapping"),
+    ({"driver": {"upgradePolicy": {"drain": ["a"]}}}, "driver.upgradePolicy.drain must be a mapping"),
+])
+def test_wrong_shapes_from_the_issue_are_refused_by_name(bits, match):
+    with pytest.raises(AnsibleFilterError, match="clusterpolicy_to_vars: " + re.escape(match)):
+        f.clusterpolicy_to_vars({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+                                 "spec": bits})
+
+
+@pytest.mark.parametrize("cm, key, path", [
+    ("custom-mig-parted-config", "config.yaml", ("migManager", "config")),
+    ("time-slicing-config", "any", ("devicePlugin", "config")),
+])
+def test_malformed_configmap_yaml_names_the_configmap_and_key(cm, key, path):
+    docs = load("mig-mixed-custom-registry.yaml-stream")
+    target = next(d for d in docs if d.get("kind") == "ConfigMap" and d["metadata"]["name"] == cm)
+    target["data"][key] = "version: v1\nmig-configs: [unclosed\n  - {a: b"
+    with pytest.raises(AnsibleFilterError, match="ConfigMap %s key %s is not valid YAML" % (cm, re.escape(key))):
+        f.clusterpolicy_to_vars(docs)
+
+
+def test_malformed_vgpu_configmap_and_metrics_csv_name_the_configmap_and_key():
+    docs = load("sandbox-vfio-vgpu.yaml")
+    with pytest.raises(AnsibleFilterError, match="ConfigMap vgpu-devices-config key config.yaml is not valid YAML"):
+        f.clusterpolicy_to_vars(docs, {"vgpu-devices-config": {"config.yaml": "vgpu-configs: {a: [1, 2}"}})
+    policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+              "spec": {"dcgmExporter": {"config": {"name": "metrics"}}}}
+    with pytest.raises(AnsibleFilterError, match="ConfigMap metrics key dcgm-metrics.csv"):
+        f.clusterpolicy_to_vars(policy, {"metrics": {"dcgm-metrics.csv": "DCGM_FI_X, gauge, \"x" + "y" * 200000}})
+    with pytest.raises(AnsibleFilterError, match="ConfigMap metrics key dcgm-metrics.csv must be a string"):
+        f.clusterpolicy_to_vars(policy, {"metrics": {"dcgm-metrics.csv": ["DCGM_FI_X"]}})
+
+
+def test_every_variable_the_import_may_write_is_read_by_the_collection():
+    """VARIABLES (the only names the group_vars may hold) are options of the roles or variables their defaults
+    and the playbooks read: a stale name would be written for nobody."""
+    options, text = set(), ""
+    for role in sorted(os.listdir(ROLES)):
+        spec = os.path.join(ROLES, role, "meta", "argument_specs.yml")
+        if os.path.exists(spec):
+            with open(spec) as fh:
+                for entry in (yaml.safe_load(fh)["argument_specs"] or {}).values():
+                    options |= set(entry.get("options") or {})
+        defaults = os.path.join(ROLES, role, "defaults", "main.yml")
+        if os.path.exists(defaults):
+            with open(defaults) as fh:
+                text += fh.read()
+    books = os.path.join(ROLES, "..", "playbooks")
+    for name in sorted(os.listdir(books)):
+        if name.endswith(".yml"):
+            with open(os.path.join(books, name)) as fh:
+                text += fh.read()
+    unread = sorted(v for v in cp.VARIABLES if v not in options and not re.search(r"\b%s\b" % v, text))
+    assert not unread
+
+
+def test_group_vars_refuse_a_variable_the_import_does_not_write():
+    result = f.clusterpolicy_to_vars(load("default-sample.yaml"))
+    result["vars"]["ansible_become_exe"] = "/bin/sh"
+    with pytest.raises(AnsibleFilterError, match="'ansible_become_exe' is not a variable the ClusterPolicy import writes"):
+        f.clusterpolicy_group_vars(result)
