@@ -88,8 +88,10 @@ class RuntimeConfigError(InputError):
     """Bad input or a config that cannot be edited safely (nothing written)."""
 
 
-#: a systemd unit name (systemd.unit(5)): what restart_mode=systemd passes to systemctl
-UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\@-]+$")
+#: a systemd unit name (systemd.unit(5)): what restart_mode=systemd passes to systemctl (matched whole)
+UNIT_RE = re.compile(r"[A-Za-z0-9:_.\\@-]+")
+#: the runtime's name in the config (matched whole)
+RUNTIME_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 #: options that name files, absolute when set
 PATH_OPTIONS = ("config_path", "drop_in_path", "state_dir", "pid_file", "socket", "binary_path", "ctr_path",
                 "backup_dir")
@@ -111,7 +113,7 @@ def check_params(p, need_runtime_path=True):
     runtime = p["runtime"]
     if runtime not in RUNTIMES:
         raise RuntimeConfigError("unknown runtime %r (expected one of %s)" % (runtime, ", ".join(RUNTIMES)))
-    if not p.get("runtime_name") or not re.match(r"^[A-Za-z0-9_.-]+$", p["runtime_name"]):
+    if not p.get("runtime_name") or not RUNTIME_NAME_RE.fullmatch(p["runtime_name"]):
         raise RuntimeConfigError("runtime_name must be a non-empty name of letters, digits, '.', '_' or '-'")
     if need_runtime_path and (not p.get("runtime_path") or not os.path.isabs(p["runtime_path"])):
         raise RuntimeConfigError("runtime_path must be an absolute path")
@@ -133,7 +135,7 @@ def check_params(p, need_runtime_path=True):
             raise RuntimeConfigError(problem)
     if p.get("restart_timeout") is not None and p["restart_timeout"] < 1:
         raise RuntimeConfigError("restart_timeout must be at least 1 second, got %r" % (p["restart_timeout"],))
-    if p.get("service_name") is not None and not UNIT_RE.match(p["service_name"]):
+    if p.get("service_name") is not None and not UNIT_RE.fullmatch(p["service_name"]):
         raise RuntimeConfigError("service_name must be a systemd unit name (letters, digits and :_.\\@-), got %r"
                                  % (p["service_name"],))
     cmd = p.get("restart_command")

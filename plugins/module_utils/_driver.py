@@ -65,8 +65,8 @@ RHEL_IDS = ("rhel", "rocky", "almalinux", "centos", "ol", "fedora-asahi-remix")
 # Canonical kernel flavours for which linux-restricted-modules ships signed precompiled modules.
 UBUNTU_SIGNED_FLAVOURS = ("generic", "generic-64k", "lowlatency", "aws", "azure", "gcp", "oracle", "nvidia",
                           "nvidia-64k", "ibm", "gke", "gkeop")
-UBUNTU_RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+-\d+-(?P<flavour>[a-z][a-z0-9-]*)$")
-DEBIAN_RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+-\d+(?:\+\w+)?-(?P<flavour>[a-z][a-z0-9-]*)$")
+UBUNTU_RELEASE_RE = re.compile(r"\d+\.\d+\.\d+-\d+-(?P<flavour>[a-z][a-z0-9-]*)")
+DEBIAN_RELEASE_RE = re.compile(r"\d+\.\d+\.\d+-\d+(?:\+\w+)?-(?P<flavour>[a-z][a-z0-9-]*)")
 # Installed packages that move with the driver and must be held together (NVML must match the module).
 HOLD_RE = {
     "apt": re.compile(r"^(nvidia-|libnvidia-|libcuda1|libnvcuvid1|libnvoptix1|libnvidia|firmware-nvidia-gsp"
@@ -212,7 +212,7 @@ def version_matches(installed, branch, version=None):
 
 def kernel_flavour(release, family):
     rex = UBUNTU_RELEASE_RE if family == "ubuntu" else DEBIAN_RELEASE_RE
-    m = rex.match(release or "")
+    m = rex.fullmatch(release or "")
     return m.group("flavour") if m else None
 
 
@@ -278,7 +278,7 @@ def repository(family, rel, source, arch, req):
                 name, rel["cuda"], cuda_arch(arch), url, key_url)
             return {"kind": "dnf", "name": name, "path": "/etc/yum.repos.d/%s.repo" % name, "content": content,
                     "url": url, "key_url": key_url, "key_path": None, "preferences": None}
-        host = re.sub(r"^[a-z]+://([^/:]+).*$", r"\1", url)
+        host = re.sub(r"^[a-z]+://([^/:]+).*", r"\1", url, flags=re.S)
         key_path = "%s/gpuops-cuda.asc" % KEYRING_DIR
         content = MANAGED + _apt_sources(url, ["/"], [], key_path)
         prefs = MANAGED + "Package: *\nPin: origin %s\nPin-Priority: 600\n" % host
@@ -736,7 +736,7 @@ def read_dpkg_held(root="/"):
     return parse_dpkg_held(_read(root, "var/lib/dpkg/status"))
 
 
-VERSIONLOCK_RE = re.compile(r"^!?(?P<name>.+?)-(?:\d+:)?[^-]+-[^-]+$")
+VERSIONLOCK_RE = re.compile(r"!?(?P<name>.+?)-(?:\d+:)?[^-]+-[^-]+")
 
 
 def read_versionlock(root="/"):
@@ -745,7 +745,7 @@ def read_versionlock(root="/"):
     out = set()
     for line in text.splitlines():
         line = line.strip()
-        m = VERSIONLOCK_RE.match(line) if line and not line.startswith("#") else None
+        m = VERSIONLOCK_RE.fullmatch(line) if line and not line.startswith("#") else None
         if m:
             out.add(m.group("name"))
     return out

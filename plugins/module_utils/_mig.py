@@ -47,10 +47,11 @@ CI_INDEX_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 CI_ENGINE_SHARED = 0
 CONFIG_KEYS = ("version", "mig-configs")
 SPEC_KEYS = ("devices", "mig-enabled", "mig-devices", "device-filter")
-PROFILE_RE = re.compile(r"^(?:(?P<ci>[1-9]\d*)c\.)?(?P<gi>(?P<g>[1-9]\d*)g\.(?P<mem>[1-9]\d*)gb(?:\+me\.all|\+me|-me|\+gfx)?)$")
-FILTER_RE = re.compile(r"^0x[0-9a-fA-F]{8}(?::0x[0-9a-fA-F]{8})?$")
+# patterns are matched whole (fullmatch): a "$" would also match before a final newline
+PROFILE_RE = re.compile(r"(?:(?P<ci>[1-9]\d*)c\.)?(?P<gi>(?P<g>[1-9]\d*)g\.(?P<mem>[1-9]\d*)gb(?:\+me\.all|\+me|-me|\+gfx)?)")
+FILTER_RE = re.compile(r"0x[0-9a-fA-F]{8}(?::0x[0-9a-fA-F]{8})?")
 # a config name becomes the nvidia.com/mig.config label value and a systemd Environment value
-NAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
 
 NVML_ERROR_NOT_SUPPORTED = 3
 
@@ -99,7 +100,7 @@ def _check_spec(at, spec, errors):
     flt = spec.get("device-filter")
     if flt is not None:
         flts = flt if isinstance(flt, list) else [flt]
-        bad = [f for f in flts if not isinstance(f, str) or not FILTER_RE.match(f)]
+        bad = [f for f in flts if not isinstance(f, str) or not FILTER_RE.fullmatch(f)]
         if bad or not flts:
             errors.append(f"{at}: device-filter must be 0x<DEVICE><VENDOR> (e.g. 0x233510DE), optionally "
                           f":0x<SUBDEVICE><SUBVENDOR>, or a list of them; got {flt!r}")
@@ -114,7 +115,7 @@ def _check_spec(at, spec, errors):
         errors.append(f"{at}: mig-devices must map profile names to counts, got {devs!r}")
         return
     for profile, count in devs.items():
-        if not isinstance(profile, str) or not PROFILE_RE.match(profile):
+        if not isinstance(profile, str) or not PROFILE_RE.fullmatch(profile):
             errors.append(f"{at}: {profile!r} is not a MIG profile name (like 1g.10gb, 1g.10gb+me, 1c.2g.20gb)")
         if not _is_int(count) or count <= 0:
             errors.append(f"{at}: profile {profile!r}: count must be a positive integer, got {count!r}")
@@ -134,7 +135,7 @@ def validate_config(doc):
     if not isinstance(configs, dict) or not configs:
         raise MigError(errors + [f"MIG config: mig-configs must map config names to entry lists, got {configs!r}"])
     for name, specs in configs.items():
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
             errors.append(f"MIG config {name!r}: a name is 1-63 letters, digits, '.', '_' or '-' "
                           "(it becomes the nvidia.com/mig.config label value)")
         if not isinstance(specs, list) or not specs:
@@ -170,7 +171,7 @@ def _profiles(lib, handle, memory_total):
         raw = _text(getattr(info, "name", b"") or b"")
         computed = profile_name(info.sliceCount, info.memorySizeMB, memory_total, index)
         name = raw[4:] if raw.startswith("MIG ") else raw
-        if not PROFILE_RE.match(name or ""):
+        if not PROFILE_RE.fullmatch(name or ""):
             name = computed
         count = ctypes.c_uint(0)
         lib.nvmlDeviceGetGpuInstancePossiblePlacements(handle, info.id, None, ctypes.byref(count))
@@ -317,7 +318,7 @@ def resolve(gpu, spec, where="MIG config"):
     label = _label(gpu)
     known = ", ".join(p["name"] for p in sorted(gpu["profiles"], key=lambda p: (p["slices"], p["memory_mib"], p["index"])))
     for key, count in sorted((spec.get("mig-devices") or {}).items()):
-        m = PROFILE_RE.match(key)
+        m = PROFILE_RE.fullmatch(key)
         prof = _find_profile(gpu, m.group("gi")) if m else None
         if prof is None:
             errors.append(f"{where}: {label} has no MIG profile {key!r} (it has: {known})")

@@ -241,7 +241,7 @@ class YamlError(InputError):
     pass
 
 
-_INT = re.compile(r"^[-+]?[0-9]+$")
+_INT = re.compile(r"[-+]?[0-9]+")
 
 
 def _yaml_quoted_end(s):
@@ -288,7 +288,7 @@ def _yaml_scalar(s):
         return True
     if s in ("false", "False", "FALSE"):
         return False
-    if _INT.match(s):
+    if _INT.fullmatch(s):
         return int(s)
     return s
 

@@ -48,10 +48,10 @@ MODPROBE_CONF = "/etc/modprobe.d/gpuops-vfio-pci.conf"
 INITRAMFS_PENDING = "/var/lib/gpuops/vfio-initramfs.pending"
 #: seconds to wait for the kernel to (re)bind a function after a sysfs write
 WAIT_TIMEOUT = 5.0
-BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 RULE_BDF_RE = re.compile(r'^ACTION=="add", SUBSYSTEM=="pci", KERNEL=="([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])", '
                          r'ATTR\{driver_override\}="(?:vfio-pci|[A-Za-z0-9_-]+[-_]vfio[-_]pci)"', re.M)
-VARIANT_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+VARIANT_RE = re.compile(r"^[A-Za-z0-9_-]+\Z")
 HEADER = "# Managed by gpuops.nvidia.vfio_pci -- do not edit.\n"
 #: native drivers that must never win the race against vfio-pci on boot
 SOFTDEP_DRIVERS = ("nvidia", "nouveau", "nvidiafb", "snd_hda_intel", "xhci_pci", "i2c_nvidia_gpu")
@@ -59,7 +59,7 @@ SOFTDEP_DRIVERS = ("nvidia", "nouveau", "nvidiafb", "snd_hda_intel", "xhci_pci",
 
 def is_vfio_driver(name):
     """vfio-pci or one of its variant drivers (nvgrace_gpu_vfio_pci, mlx5_vfio_pci, ...)."""
-    return bool(name) and (name == VFIO_DRIVER or re.search(r"[-_]vfio[-_]pci$", name) is not None)
+    return bool(name) and (name == VFIO_DRIVER or re.search(r"[-_]vfio[-_]pci\Z", name) is not None)
 
 
 def kernel_release(root):
@@ -289,7 +289,7 @@ def load_state(text, path=STATE_FILE, udev_text=None):
 
 def _driver_name(value):
     """A kernel driver name as sysfs lists it under /sys/bus/pci/drivers (no path separators)."""
-    return isinstance(value, str) and value not in (".", "..") and re.match(r"^[A-Za-z0-9_.-]+$", value) is not None
+    return isinstance(value, str) and value not in (".", "..") and re.fullmatch(r"[A-Za-z0-9_.-]+", value) is not None
 
 
 def dump_state(state):

@@ -297,7 +297,7 @@ _CRI_SECTIONS = tuple(sorted(set(CRI_PLUGIN.values())))
 _RANCHER = re.compile(r"/var/lib/rancher/(k3s|rke2)/agent/etc/containerd/config(-v3)?\.toml(\.tmpl)?$")
 _TOOLKIT = "playbooks/container_toolkit.yml"
 _NOT_IN_CONTAINER = '("nvidia-smi: not found" in the container)'
-_YAML_KIND = re.compile(r"""^(["']?)kind\1[ \t]*:[ \t]*(?:"([^"]*)"|'([^']*)'|([^\s#"'][^#]*?))[ \t]*(?:#.*)?$""")
+_YAML_KIND = re.compile(r"""(["']?)kind\1[ \t]*:[ \t]*(?:"([^"]*)"|'([^']*)'|([^\s#"'][^#]*?))[ \t]*(?:#.*)?""")
 
 
 def _get(d, path):
@@ -481,7 +481,7 @@ def cdi_kind(text):
             return None
         return data.get("kind") if isinstance(data, dict) else None
     for line in s.splitlines():
-        m = _YAML_KIND.match(line)
+        m = _YAML_KIND.fullmatch(line)
         if m:
             return m.group(2) if m.group(2) is not None else (m.group(3) if m.group(3) is not None else m.group(4))
     return None

@@ -86,7 +86,7 @@ def job_name(prefix, key, node):
 
 def node_label_value(node):
     """The node name as a label value (63 characters, alphanumerics at both ends)."""
-    if len(node) <= NAME_MAX and re.match(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$", node):
+    if len(node) <= NAME_MAX and re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?", node):
         return node
     return _digest(node, 16)
 

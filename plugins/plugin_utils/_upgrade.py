@@ -30,8 +30,8 @@ STATES = (
     "validation-required", "uncordon-required", "upgrade-done", "upgrade-failed",
 )
 
-_PERCENT = re.compile(r"^\s*(\d+)\s*%\s*$")
-_COUNT = re.compile(r"^\s*[+]?(\d+)\s*$")
+_PERCENT = re.compile(r"\s*(\d+)\s*%\s*")
+_COUNT = re.compile(r"\s*[+]?(\d+)\s*")
 
 
 class UpgradeInputError(InputError):
@@ -60,7 +60,7 @@ def parse_max_unavailable(value):
         _refuse(value, "a count must be a whole number")
     if not isinstance(value, str):
         _refuse(value, "not a number or a percent string")
-    m = _PERCENT.match(value)
+    m = _PERCENT.fullmatch(value)
     if m:
         pct = int(m.group(1))
         if pct < 1:
@@ -68,7 +68,7 @@ def parse_max_unavailable(value):
         if pct > 100:
             _refuse(value, "more than 100% of the nodes")
         return "%d%%" % pct
-    m = _COUNT.match(value)
+    m = _COUNT.fullmatch(value)
     if m:
         if int(m.group(1)) < 1:
             _refuse(value, "0 or fewer nodes at a time would never upgrade anything")
