@@ -112,15 +112,21 @@ def check_expect(expect):
                                % (_type(expect), expect))
     out = dict(expect)
     out["workload"] = check_workload(expect.get("workload"), "expect.workload")
-    if out.get("cuda_version") is not None and not isinstance(out["cuda_version"], (str, int, float)):
-        raise DoctorInputError("expect.cuda_version must be a version such as 12.4, got %r" % (out["cuda_version"],))
+    want = out.get("cuda_version")
+    if want not in (None, "") and (isinstance(want, bool) or not isinstance(want, (str, int, float))
+                                   or not _CUDA_VERSION.fullmatch(str(want))):
+        raise DoctorInputError("expect.cuda_version must be a version such as 12.4, got %r" % (want,))
     return out
+
+
+# a CUDA version as the doctor's survey question and doctor_cuda_version take it: ASCII digits, 1 to 3 parts
+_CUDA_VERSION = re.compile(r"[0-9]{1,4}(\.[0-9]{1,4}){0,2}")
 
 
 def _version_tuple(text):
     out = []
     for part in str(text).split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
+        digits = "".join(ch for ch in part if ch in "0123456789")
         out.append(int(digits) if digits else 0)
     return tuple(out)
 

@@ -30,8 +30,9 @@ STATES = (
     "validation-required", "uncordon-required", "upgrade-done", "upgrade-failed",
 )
 
-_PERCENT = re.compile(r"\s*(\d+)\s*%\s*")
-_COUNT = re.compile(r"\s*[+]?(\d+)\s*")
+# ASCII digits, at most 6 of them: int() of a longer string is slow, and Unicode digits are no count here
+_PERCENT = re.compile(r"\s*([0-9]{1,6})\s*%\s*")
+_COUNT = re.compile(r"\s*[+]?([0-9]{1,6})\s*")
 
 
 class UpgradeInputError(InputError):

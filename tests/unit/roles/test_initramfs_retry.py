@@ -41,7 +41,7 @@ class Rebuild:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
 
-def play(tmp_path, role, tasks_from, extra, check=False):
+def play(tmp_path, role, tasks_from, extra, check=False, extra_files=()):
     book = tmp_path / "play.yml"
     book.write_text(yaml.safe_dump([{
         "hosts": "localhost", "connection": "local", "gather_facts": False,
@@ -53,6 +53,7 @@ def play(tmp_path, role, tasks_from, extra, check=False):
                ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_REMOTE_TEMP=str(tmp_path / "ansible-tmp"),
                ANSIBLE_NOCOLOR="1", ANSIBLE_STDOUT_CALLBACK="default", ANSIBLE_RETRY_FILES_ENABLED="0")
     cmd = [PLAYBOOK, "-i", "localhost,", str(book), "-e", "@%s" % evars] + (["--check"] if check else [])
+    cmd += [x for f in extra_files for x in ("-e", "@%s" % f)]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(tmp_path), timeout=300, check=False)
 
 
