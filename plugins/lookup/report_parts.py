@@ -8,11 +8,6 @@ templating (the ``vars`` lookup renders every template it finds in them).
 """
 from __future__ import annotations
 
-from ansible.errors import AnsibleLookupError
-from ansible.plugins.lookup import LookupBase
-from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError
-from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _report
-
 DOCUMENTATION = r"""
 name: report_parts
 short_description: The readiness report parts of earlier AWX job slices, joined into one list of rows
@@ -46,6 +41,11 @@ _list:
   type: list
   elements: dict
 """
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
+from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError
+from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _report
 
 
 class LookupModule(LookupBase):

@@ -172,14 +172,14 @@ class _LimitedComposer(Composer):
         event = self.peek_event()
         if self.check_event(AliasEvent):
             if event.anchor in self.open_anchors:
-                raise ClusterPolicyError("%s: recursive YAML alias *%s%s" % (self.what, event.anchor,
-                                                                          self._where(event.start_mark)))
+                raise ClusterPolicyError("%s: recursive YAML alias *%s%s"
+                                         % (self.what, event.anchor, self._where(event.start_mark)))
             return super().compose_node(parent, index)
         self.depth += 1
         self.nodes += 1
         if self.depth > MAX_DEPTH:
-            raise ClusterPolicyError("%s is nested deeper than %d levels%s" % (self.what, MAX_DEPTH,
-                                                                              self._where(event.start_mark)))
+            raise ClusterPolicyError("%s is nested deeper than %d levels%s"
+                                     % (self.what, MAX_DEPTH, self._where(event.start_mark)))
         if self.nodes > MAX_NODES:
             raise ClusterPolicyError("%s has more than %d nodes%s" % (self.what, MAX_NODES, self._where(event.start_mark)))
         anchor = event.anchor
@@ -231,7 +231,7 @@ class _LimitedLoader(_LimitedComposer, _EventSource, SafeConstructor, Resolver):
 
     def __init__(self, stream, what):
         _EventSource.__init__(self, stream)
-        Composer.__init__(self)
+        _LimitedComposer.__init__(self)
         SafeConstructor.__init__(self)
         Resolver.__init__(self)
         self._limits(what)

@@ -401,7 +401,7 @@ def test_deep_objects_are_refused_with_a_message(deadline):
     in a RecursionError."""
     deep = {}
     node = deep
-    for _ in range(5000):
+    for _level in range(5000):
         node["x"] = {}
         node = node["x"]
     policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},

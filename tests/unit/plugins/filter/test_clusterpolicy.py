@@ -396,7 +396,7 @@ def test_drain_settings_come_from_what_the_operator_uses():
 
 # -- wrong shapes: every field ends in a variable, the unmapped list, a note or a named refusal --------------
 
-WRONG_SHAPE_FIXTURES = ["every-field.yaml", "default-sample.yaml", "mig-mixed-custom-registry.yaml-stream",
+WRONG_SHAPE_FIXTURES = ["every-field.yaml-stream", "default-sample.yaml", "mig-mixed-custom-registry.yaml-stream",
                         "sandbox-vfio-vgpu.yaml"]
 
 
@@ -468,7 +468,7 @@ def _wrong_shape_cases():
 
 
 def test_every_field_with_a_wrong_type_is_accounted_for():
-    """Each field the importer knows (every-field.yaml and the samples), one at a time, given a value of a type
+    """Each field the importer knows (every-field.yaml-stream and the samples), one at a time, given a value of a type
     it does not have: the value ends in a variable (unchanged), the unmapped list, a note, or a refusal that names
     the field -- never dropped, never mangled (a string taken for a list of characters)."""
     problems = []

@@ -192,6 +192,6 @@ def run_module_process(name, args, where, limit=30):
     try:
         result = json.loads(proc.stdout)
     except ValueError:
-        raise AssertionError("%s printed no result (rc %d): %s %s" % (name, proc.returncode, proc.stdout,
-                                                                    proc.stderr)) from None
+        raise AssertionError("%s printed no result (rc %d): %s %s"
+                             % (name, proc.returncode, proc.stdout, proc.stderr)) from None
     return proc.returncode, result, took

@@ -292,4 +292,3 @@ def test_a_driver_version_that_is_no_version_is_not_used(tmp_path, version):
     with pytest.raises(CdiError, match="no NVIDIA driver found") as exc:
         build_spec(root=root)
     assert repr(version) in str(exc.value)
-
