@@ -105,3 +105,15 @@ def test_installers_use_the_locks():
     assert not re.search(r"pip\"? install -q \"ansible-core", run)
     build = _read("tests/lab/gpu/build.sh")
     assert "requirements-dev.lock" in build and "$pins" in build
+
+
+def test_unit_requirements_pin_what_the_lock_pins():
+    # ansible-test units installs tests/unit/requirements.txt (make test-units-galaxy): the same versions as the venv
+    pins, _ = entries(_read("requirements-dev.lock"))
+    wrong = []
+    for req in requirements(_read(os.path.join("tests", "unit", "requirements.txt"))):
+        exact = [s.version for s in req.specifier if s.operator == "=="]
+        name = canonicalize_name(req.name)
+        if len(exact) != 1 or name not in pins or pins[name][0] != exact[0]:
+            wrong.append("%s (lock: %s)" % (req, pins.get(name, ("none",))[0]))
+    assert wrong == [], "tests/unit/requirements.txt differs from requirements-dev.lock: %s" % wrong
