@@ -109,7 +109,7 @@ def test_installers_use_the_locks():
 
 def test_unit_requirements_pin_what_the_lock_pins():
     # ansible-test units installs tests/unit/requirements.txt (make test-units-galaxy): the same versions as the venv
-    pins, _ = entries(_read("requirements-dev.lock"))
+    pins = entries(_read("requirements-dev.lock"))[0]
     wrong = []
     for req in requirements(_read(os.path.join("tests", "unit", "requirements.txt"))):
         exact = [s.version for s in req.specifier if s.operator == "=="]
