@@ -38,6 +38,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     target_problem,
     write_atomic,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import ATTR_LIMIT, NodeFileError, read_node_file, read_node_text
 from ansible_collections.gpuops.nvidia.plugins.module_utils._toml import (
     Document,
     TomlEditError,
@@ -75,12 +76,19 @@ DROPIN_HEADER = (
 )
 
 
-def _alive(pid):
-    """A live process (not a zombie waiting for its parent) with this pid."""
+#: a process ID as a pid file holds it (matched whole; pid_max is at most 2**22): never 0 or negative, which
+#: os.kill() takes for "the process group" and "every process"
+PID_RE = re.compile(r"[1-9][0-9]{0,6}")
+PID_MAX = 1 << 22
+
+
+def _alive(pid, proc="/proc"):
+    """A live process (not a zombie waiting for its parent) with this pid: its ``<proc>/<pid>/stat`` (bounded,
+    never blocking: ``_pci.read_node_text``) names a state other than Z."""
+    text = read_node_text(os.path.join(proc, str(int(pid)), "stat"))
     try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
+        return text is not None and text.rsplit(")", 1)[1].split()[0] != "Z"
+    except IndexError:
         return False
 
 
@@ -1080,17 +1088,22 @@ class Daemon(object):
         return rc, out, err
 
     def _read_pid(self):
+        """The daemon's pid: from ``pid_file`` when set (0 while it is absent or empty), else pidof's answer (0: none).
+        A pid file that cannot be read (``_pci.read_node_file``: a FIFO, a device, more than 64 KiB) or that holds
+        anything but a process ID raises NodeFileError naming it: what it holds is never signalled."""
         pid_file = self.p.get("pid_file")
         if pid_file:
-            try:
-                with open(pid_file) as f:
-                    return int(f.read().strip() or 0)
-            except (OSError, ValueError):
+            data = read_node_file(pid_file, ATTR_LIMIT)
+            text = (data or b"").decode("utf-8", "replace").strip()
+            if not text:
                 return 0
+            if not PID_RE.fullmatch(text) or int(text) > PID_MAX:
+                raise NodeFileError("pid file %s does not hold a process ID: %r" % (pid_file, text[:40]))
+            return int(text)
         pidof = self.module.get_bin_path("pidof")
         if pidof:
             rc, out, _err = self._run([pidof, "-s", self.p.get("binary_path") or DEFAULT_BINARY[self.runtime]])
-            if rc == 0 and out.strip().isdigit():
+            if rc == 0 and PID_RE.fullmatch(out.strip()):
                 return int(out.strip())
         return 0
 
@@ -1107,30 +1120,41 @@ class Daemon(object):
             if rc != 0:
                 return False, ("restart command failed (rc=%d): %s" % (rc, (err + out).strip()))
         elif mode == "signal":
+            return self._restart_by_signal()
+        return self.healthy()
+
+    def _restart_by_signal(self):
+        """SIGHUP the daemon (restart_mode=signal); (ok, error text)."""
+        try:
             pid = self._read_pid()
-            if not pid:
-                return False, "no running %s process found to signal" % self.runtime
+        except NodeFileError as exc:
+            return False, "%s; no process was signalled" % exc
+        if not pid:
+            return False, "no running %s process found to signal" % self.runtime
+        try:
+            # SIGHUP: containerd does not handle it and exits, its supervisor restarts it;
+            # dockerd and CRI-O reload their configuration in place
+            os.kill(pid, 1)
+        except OSError as e:
+            return False, "cannot signal pid %d: %s" % (pid, e)
+        if self.runtime != "containerd":
+            time.sleep(1)
+            return self.healthy()
+        # restarted means a NEW containerd serves the socket: wait until the supervisor has started
+        # another process (the pid file or pidof names a live pid other than the signalled one)
+        deadline = time.time() + self.timeout
+        while True:
             try:
-                # SIGHUP: containerd does not handle it and exits, its supervisor restarts it;
-                # dockerd and CRI-O reload their configuration in place
-                os.kill(pid, 1)
-            except OSError as e:
-                return False, "cannot signal pid %d: %s" % (pid, e)
-            if self.runtime != "containerd":
-                time.sleep(1)
-                return self.healthy()
-            # restarted means a NEW containerd serves the socket: wait until the supervisor has started
-            # another process (the pid file or pidof names a live pid other than the signalled one)
-            deadline = time.time() + self.timeout
-            while True:
                 now = self._read_pid()
-                if now and now != pid and _alive(now):
-                    break
-                if time.time() > deadline:
-                    state = "still running" if _alive(pid) else "exited, and no new process was started"
-                    return False, ("containerd (pid %d) %s %d s after SIGHUP: restart_mode=signal needs a supervisor "
-                                   "that restarts it (systemd Restart=always, s6, runit)" % (pid, state, self.timeout))
-                time.sleep(0.2)
+            except NodeFileError as exc:
+                return False, "%s (after SIGHUP to containerd, pid %d)" % (exc, pid)
+            if now and now != pid and _alive(now):
+                break
+            if time.time() > deadline:
+                state = "still running" if _alive(pid) else "exited, and no new process was started"
+                return False, ("containerd (pid %d) %s %d s after SIGHUP: restart_mode=signal needs a supervisor "
+                               "that restarts it (systemd Restart=always, s6, runit)" % (pid, state, self.timeout))
+            time.sleep(0.2)
         return self.healthy()
 
     def healthy(self):

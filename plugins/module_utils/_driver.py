@@ -18,6 +18,7 @@ import os
 import re
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import ATTR_LIMIT, NodeFileError, read_node_file, read_node_text
 
 MANAGED = "# Managed by gpuops.nvidia.driver -- do not edit.\n"
 BLACKLIST_PATH = "/etc/modprobe.d/gpuops-nvidia-blacklist.conf"
@@ -719,21 +720,27 @@ def parse_dpkg_held(text):
     return held
 
 
-def _read(root, rel):
-    try:
-        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
+#: bytes read at most from dpkg's status file: a few MiB on a server, tens of MiB on hosts with every package
+DPKG_STATUS_LIMIT = 128 * 1024 * 1024
+#: bytes read at most from dnf's versionlock list, the MOK certificate and the firmware's MOK list
+SMALL_FILE_LIMIT = 16 * 1024 * 1024
+
+
+def _read(root, rel, limit):
+    """The text of a package database under ``root``; None when it does not exist.  One that cannot be read (not a
+    regular file, larger than ``limit``, failing: ``_pci.read_node_file``) raises its NodeFileError (a HostError):
+    what is installed and held decides the plan, so it is never taken for "nothing"."""
+    data = read_node_file(os.path.join(root, rel), limit)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def read_dpkg_installed(root="/"):
-    text = _read(root, "var/lib/dpkg/status")
+    text = _read(root, "var/lib/dpkg/status", DPKG_STATUS_LIMIT)
     return None if text is None else parse_dpkg_status(text)
 
 
 def read_dpkg_held(root="/"):
-    return parse_dpkg_held(_read(root, "var/lib/dpkg/status"))
+    return parse_dpkg_held(_read(root, "var/lib/dpkg/status", DPKG_STATUS_LIMIT))
 
 
 VERSIONLOCK_RE = re.compile(r"!?(?P<name>.+?)-(?:\d+:)?[^-]+-[^-]+")
@@ -741,7 +748,7 @@ VERSIONLOCK_RE = re.compile(r"!?(?P<name>.+?)-(?:\d+:)?[^-]+-[^-]+")
 
 def read_versionlock(root="/"):
     """Package names in dnf's versionlock list (RHEL 8/9/10 python3-dnf-plugin-versionlock)."""
-    text = _read(root, "etc/dnf/plugins/versionlock.list") or ""
+    text = _read(root, "etc/dnf/plugins/versionlock.list", SMALL_FILE_LIMIT) or ""
     out = set()
     for line in text.splitlines():
         line = line.strip()
@@ -763,36 +770,46 @@ def read_kernels(root="/"):
     return installed, with_build
 
 
-def read_mok(root, family, cert=None):
-    """Where the DKMS signing key is and whether its certificate is in the firmware's MOK list."""
+def _read_or_warn(path, limit, warnings):
+    """The bytes of a node file; None when it does not exist or cannot be read (``_pci.read_node_file``: then the
+    sentence saying why goes to ``warnings``, when given)."""
+    try:
+        return read_node_file(path, limit)
+    except NodeFileError as exc:
+        if warnings is not None:
+            warnings.append(str(exc))
+        return None
+
+
+def read_mok(root, family, cert=None, warnings=None):
+    """Where the DKMS signing key is and whether its certificate is in the firmware's MOK list.
+
+    A certificate or MOK list that cannot be read (``_pci.read_node_file``) is passed over as if absent, with a
+    sentence in ``warnings``: the plan then asks for the key to be enrolled, which the enrolment tools report as
+    done already when it is."""
     key_path, der = None, None
     paths = [cert.lstrip("/")] if cert else MOK_KEY_PATHS.get(family, ())
     for rel in paths:
-        path = os.path.join(root, rel)
-        try:
-            with open(path, "rb") as f:
-                der = f.read()
+        der = _read_or_warn(os.path.join(root, rel), SMALL_FILE_LIMIT, warnings)
+        if der is not None:
             key_path = "/" + rel
             break
-        except OSError:
-            continue
     moklist = b""
     for rel in ("sys/firmware/efi/mok-variables/MokListRT", "sys/firmware/efi/efivars/MokListRT-" + MOK_GUID):
-        try:
-            with open(os.path.join(root, rel), "rb") as f:
-                moklist += f.read()
-        except OSError:
-            continue
+        moklist += _read_or_warn(os.path.join(root, rel), SMALL_FILE_LIMIT, warnings) or b""
     return {"key_path": key_path, "key_present": der is not None,
             "enrolled": bool(der) and der in moklist if moklist else (False if der else None)}
 
 
-def device_holders(root="/"):
-    """Processes holding /dev/nvidia* open: [{pid, comm, devices}] (what blocks unloading the module)."""
+def device_holders(root="/", warnings=None):
+    """Processes holding /dev/nvidia* open: [{pid, comm, devices}] (what blocks unloading the module).
+
+    Only directories of /proc named by ASCII digits are processes.  A ``comm`` that cannot be read
+    (``_pci.read_node_file``) is None, with a sentence in ``warnings``; one that vanished with its process is None."""
     proc = os.path.join(root, "proc")
     out = []
     try:
-        pids = [p for p in os.listdir(proc) if p.isdigit()]
+        pids = [p for p in os.listdir(proc) if re.fullmatch(r"[0-9]{1,10}", p)]
     except OSError:
         return out
     for pid in sorted(pids, key=int):
@@ -810,10 +827,6 @@ def device_holders(root="/"):
             if target.startswith("/dev/nvidia"):
                 devs.add(target)
         if devs:
-            try:
-                with open(os.path.join(proc, pid, "comm")) as f:
-                    comm = f.read().strip()
-            except OSError:
-                comm = None
-            out.append({"pid": int(pid), "comm": comm, "devices": sorted(devs)})
+            comm = read_node_text(os.path.join(proc, pid, "comm"), warnings, ATTR_LIMIT)
+            out.append({"pid": int(pid), "comm": None if comm is None else comm.strip(), "devices": sorted(devs)})
     return out

@@ -44,7 +44,7 @@ import tempfile
 import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import HostError
-from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import host_path
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import NodeFileError, file_kind, host_path, read_node_file
 
 # where lock files live; the first usable one wins (GPUOPS_LOCK_DIR overrides)
 LOCK_DIRS = ("/run/lock/gpuops", "/var/lock/gpuops")
@@ -58,7 +58,8 @@ class FileLockTimeout(OSError, HostError):
 
 class FileError(OSError, HostError):
     """A file the module must read or replace cannot be: a directory, FIFO or device where a regular
-    file is expected, a parent that is not a directory, no permission, not UTF-8 text.  ``str()`` is a
+    file is expected, a file larger than the read bound, a parent that is not a directory, no permission, not
+    UTF-8 text.  ``str()`` is a
     sentence naming the path; nothing has been changed when it is raised."""
 
 
@@ -67,51 +68,27 @@ class ForeignFileError(FileError):
     module did not write), or a file without the module's marker (see :func:`ownership_problem`)."""
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+#: bytes read at most from a file a module edits or owns (configs, drop-ins, records, state files, caches): a
+#: containerd or CRI-O config of a few MB is well within it; a larger file is refused (FileError), never loaded whole
+READ_LIMIT = 16 * 1024 * 1024
 
 
-def _kind(mode):
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+def read_bytes_of(path, limit=READ_LIMIT):
+    """The bytes of the regular file ``path``, or None when it does not exist.
 
-
-def _open_regular(path):
-    """A file object (binary) on the regular file ``path``; None when it does not exist.
-
-    Opened without blocking (a FIFO never blocks the module) and refused unless it is a regular file.
-    """
+    Read as every node file is (``_pci.read_node_file``): a FIFO, socket, device or directory is never opened, the
+    read never blocks, and a file of more than ``limit`` bytes is not read.  Each of them raises FileError naming
+    the path."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        raise FileError("cannot read %s: %s" % (path, e.strerror or e))
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise FileError("%s is %s, not a regular file" % (path, _kind(mode)))
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_bytes_of(path):
-    """The bytes of the regular file ``path``, or None when it does not exist (FileError otherwise)."""
-    f = _open_regular(path)
-    if f is None:
-        return None
-    with f:
-        try:
-            return f.read()
-        except OSError as e:
-            raise FileError("cannot read %s: %s" % (path, e.strerror or e))
+        return read_node_file(path, limit)
+    except NodeFileError as e:
+        raise FileError(str(e)) from None
 
 
 def read_text(path):
     """Return the file's text (UTF-8, newlines as Python's text mode reads them), or None when it
     does not exist.  Raises FileError (an OSError) for anything that is not a readable regular file
-    of UTF-8 text."""
+    of UTF-8 text of at most :data:`READ_LIMIT` bytes (see :func:`read_bytes_of`)."""
     data = read_bytes_of(path)
     if data is None:
         return None
@@ -241,7 +218,7 @@ def target_problem(path, owned=None, content=None):
     except OSError as e:
         return "cannot reach %s: %s" % (path, e.strerror or e)
     if not stat.S_ISREG(st.st_mode):
-        return "%s is %s, not a regular file" % (path, _kind(st.st_mode))
+        return "%s is %s, not a regular file" % (path, file_kind(st.st_mode))
     return None
 
 

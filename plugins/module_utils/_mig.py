@@ -30,13 +30,46 @@ import argparse
 import ctypes
 import json
 import math
+import os
 import re
+import stat
 import sys
 
 try:
     from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError, VerifyError
+    from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import read_node_file
 except ImportError:  # the boot-time copy (mig_layout's mig_apply.py) runs alone: plain stand-ins for the family
     InputError, VerifyError = ValueError, RuntimeError
+
+    def read_node_file(path, limit):
+        """The boot-time copy's stand-in for ``_pci.read_node_file`` (same rules, same words): a regular file only,
+        never opened otherwise, read without blocking, at most ``limit`` bytes; None when it does not exist."""
+        kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+        def check(mode):
+            if not stat.S_ISREG(mode):
+                kind = next((name for test, name in kinds if test(mode)), "not a regular file")
+                raise OSError("%s is %s, not a regular file; not read" % (path, kind))
+
+        try:
+            check(os.stat(path).st_mode)
+        except FileNotFoundError:
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            check(os.fstat(fd).st_mode)
+            data = b""
+            while len(data) <= limit:
+                chunk = os.read(fd, limit + 1 - len(data))
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            os.close(fd)
+        if len(data) > limit:
+            raise OSError("%s holds more than %d bytes, the most read from such a file; not read" % (path, limit))
+        return data
 
 # NVML GPU-instance profile index -> suffix of the profile name (nvml.h NVML_GPU_INSTANCE_PROFILE_*)
 SUFFIX_BY_INDEX = {7: "+me", 8: "+me", 13: "-me", 14: "-me", 15: "+me.all", 16: "+me.all",
@@ -54,6 +87,8 @@ FILTER_RE = re.compile(r"0x[0-9a-fA-F]{8}(?::0x[0-9a-fA-F]{8})?")
 NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?")
 
 NVML_ERROR_NOT_SUPPORTED = 3
+#: bytes read at most from the boot-time apply's config (mig-parted's v1 format as JSON: a few KiB)
+CONFIG_LIMIT = 16 * 1024 * 1024
 
 
 class MigError(InputError):
@@ -625,8 +660,10 @@ def main(argv=None, lib=None):
     parser.add_argument("--no-reset", action="store_true", help="never reset a GPU; report a pending mode change")
     args = parser.parse_args(argv)
     try:
-        with open(args.config, encoding="utf-8") as fh:
-            doc = json.load(fh)
+        data = read_node_file(args.config, CONFIG_LIMIT)    # a FIFO there never blocks the boot
+        if data is None:
+            raise FileNotFoundError("%s does not exist" % args.config)
+        doc = json.loads(data.decode("utf-8"))
         if lib is None:  # pragma: no cover - on a host
             import pynvml as lib  # pylint: disable=import-outside-toplevel
         result = run(lib, doc, args.name, check_mode=args.check,

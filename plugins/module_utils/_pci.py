@@ -26,6 +26,7 @@ node holds is not trusted to be the file it should be:
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -113,11 +114,35 @@ class NodeFileError(OSError, HostError):
     a sentence naming the path."""
 
 
+def write_attr(path, value):
+    """Write a sysfs attribute in one write, as the kernel takes it. Something there that is not a regular file
+    (sysfs attributes are), such as a FIFO or a device node in a node-root tree, is never opened: OSError instead
+    of a run that hangs or arms a device."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, "is %s, not a regular file" % file_kind(mode), path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+                 | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "is not a regular file", path)
+        os.write(fd, value.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
+def file_kind(mode):
+    """What a file of ``st_mode`` ``mode`` that is not a regular file is, in words ("a FIFO", "a directory"...)."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
 def _not_regular(path, mode):
     if stat.S_ISREG(mode):
         return None
-    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-    return NodeFileError("%s is %s, not a regular file; not read" % (path, kind))
+    return NodeFileError("%s is %s, not a regular file; not read" % (path, file_kind(mode)))
 
 
 def read_node_file(path, limit=ATTR_LIMIT, prefix=False):

@@ -41,6 +41,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import (
     read_pci_device,
     resolve_device_items,
     sysfs_path,
+    write_attr as _write,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import ApplyError, InputError
 
@@ -495,11 +496,6 @@ def plan(root, devices, state, num_vfs, method="auto", persistent=True, udev_tex
 
 
 # --- runtime changes -------------------------------------------------------------------------------------
-
-def _write(path, value):
-    with open(path, "w") as f:
-        f.write(value)
-
 
 def _num_vfs(root, pf):
     return _int(read_attr(dev_path(root, pf, "sriov_numvfs"))) or 0

@@ -24,6 +24,7 @@ Hardware, commands and NVML come in through a :class:`Context`, so unit tests pa
 from __future__ import annotations
 
 import ctypes
+import errno
 import glob
 import json
 import os
@@ -36,6 +37,7 @@ import time
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _cuda
 from ansible_collections.gpuops.nvidia.plugins.module_utils._container_runtime import CRI_PLUGIN, dump_has_runtime
 from ansible_collections.gpuops.nvidia.plugins.module_utils._host import parse_driver_version
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import ATTR_LIMIT, NodeFileError, read_node_file
 from ansible_collections.gpuops.nvidia.plugins.module_utils._toml import loads as toml_loads
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import HostError, InputError
 
@@ -65,6 +67,10 @@ NVML_CANDIDATES = (
 )
 KUBELET_SOCKET = "kubelet.sock"
 CHECKPOINT = "kubelet_internal_checkpoint"
+#: bytes read at most from a CDI spec (nvidia-ctk's for eight GPUs with every MIG device: a few hundred KiB) and
+#: from kubelet's device manager checkpoint (a few hundred bytes per allocation); a larger file is reported, not read
+SPEC_LIMIT = 16 * 1024 * 1024
+CHECKPOINT_LIMIT = 16 * 1024 * 1024
 
 FIXES = {
     "driver": "load the NVIDIA kernel module and make libnvidia-ml.so.1 loadable (role gpuops.nvidia.driver; "
@@ -412,8 +418,14 @@ def read_cdi_specs(dirs):
                 continue
             seen.add(real)
             try:
-                with open(path) as f:
-                    spec = load_spec(f.read(), path)
+                data = read_node_file(path, SPEC_LIMIT)
+            except NodeFileError as exc:
+                errors.append(str(exc))
+                continue
+            if data is None:        # removed since it was listed
+                continue
+            try:
+                spec = load_spec(data.decode("utf-8"), path)
             except Exception as exc:
                 errors.append("%s: cannot parse: %s" % (path, exc))
                 continue
@@ -509,12 +521,15 @@ class Context(object):
 def check_driver(ctx, detail):
     errors = []
     try:
-        with open(ctx.o["proc_version"]) as f:
-            text = f.read()
-    except OSError as exc:
-        text = None
-        errors.append("%s not readable (%s): the NVIDIA kernel module is not loaded"
-                      % (ctx.o["proc_version"], exc.strerror or exc))
+        data = read_node_file(ctx.o["proc_version"], ATTR_LIMIT)
+    except NodeFileError as exc:
+        data = None
+        errors.append(str(exc))
+    else:
+        if data is None:
+            errors.append("%s not readable (%s): the NVIDIA kernel module is not loaded"
+                          % (ctx.o["proc_version"], os.strerror(errno.ENOENT)))
+    text = None if data is None else data.decode("utf-8", "replace")
     kernel_version, module_type = parse_driver_version(text)
     detail["kernel_module_version"] = kernel_version
     detail["kernel_module_type"] = module_type
@@ -719,8 +734,13 @@ def check_device_plugin(ctx, detail):
     path = os.path.join(dp_dir, CHECKPOINT)
     detail.update(resource_name=resource, checkpoint=path, devices=0)
     try:
-        with open(path) as f:
-            data = json.load(f)
+        raw = read_node_file(path, CHECKPOINT_LIMIT)
+        if raw is None:
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        data = json.loads(raw.decode("utf-8"))
+    except NodeFileError as exc:
+        errors.append("cannot read kubelet's device manager checkpoint: %s" % exc)
+        data = None
     except (OSError, ValueError) as exc:
         errors.append("cannot read kubelet's device manager checkpoint %s: %s" % (path, getattr(exc, "strerror", None) or exc))
         data = None

@@ -28,12 +28,15 @@ import time
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import (
     ALL_NVIDIA,
+    ATTR_LIMIT,
     NVIDIA_VENDOR,
     is_bridge,
     read_iommu_groups,
+    read_node_text,
     read_pci_devices,
     resolve_device_items,
     sysfs_path,
+    write_attr as _write,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import ApplyError, InputError
 
@@ -52,6 +55,8 @@ BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\Z")
 RULE_BDF_RE = re.compile(r'^ACTION=="add", SUBSYSTEM=="pci", KERNEL=="([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])", '
                          r'ATTR\{driver_override\}="(?:vfio-pci|[A-Za-z0-9_-]+[-_]vfio[-_]pci)"', re.M)
 VARIANT_RE = re.compile(r"^[A-Za-z0-9_-]+\Z")
+#: a kernel release names the directory under /lib/modules: one path component (matched whole)
+RELEASE_RE = re.compile(r"[A-Za-z0-9._+~-]{1,200}")
 HEADER = "# Managed by gpuops.nvidia.vfio_pci -- do not edit.\n"
 #: native drivers that must never win the race against vfio-pci on boot
 SOFTDEP_DRIVERS = ("nvidia", "nouveau", "nvidiafb", "snd_hda_intel", "xhci_pci", "i2c_nvidia_gpu")
@@ -62,12 +67,32 @@ def is_vfio_driver(name):
     return bool(name) and (name == VFIO_DRIVER or re.search(r"[-_]vfio[-_]pci\Z", name) is not None)
 
 
+#: bytes read at most from ``modules.alias``: a few hundred KiB on distribution kernels, a few MiB on kernels built
+#: with every module; the node's other files read here are sysfs/procfs attributes (``_pci.ATTR_LIMIT``)
+MODULES_ALIAS_LIMIT = 32 * 1024 * 1024
+
+
+def _node_text(path, limit=ATTR_LIMIT):
+    """The text of a node file the choice of driver depends on; None when it does not exist.  One that cannot be
+    read (not a regular file, larger than ``limit``, failing: ``_pci.read_node_file``) is refused before anything
+    changes: vfio-pci is never guessed for a function whose variant driver could not be looked up."""
+    warnings = []
+    text = read_node_text(path, warnings, limit)
+    if warnings:
+        raise VfioError("%s: the driver a function gets (vfio-pci or a variant of it, e.g. nvgrace_gpu_vfio_pci) "
+                        "depends on this file; fix it, then rerun (nothing was changed)" % warnings[0])
+    return text
+
+
 def kernel_release(root):
-    try:
-        with open(sysfs_path(root, "proc/sys/kernel/osrelease")) as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
+    """The running kernel's release (``/proc/sys/kernel/osrelease``); None when absent.  VfioError when it cannot be
+    read."""
+    path = sysfs_path(root, "proc/sys/kernel/osrelease")
+    release = (_node_text(path) or "").strip() or None
+    if release is not None and (release in (".", "..") or not RELEASE_RE.fullmatch(release)):
+        raise VfioError("%s holds %r, not a kernel release: the variant drivers of the kernel cannot be looked up "
+                        "(nothing was changed)" % (path, release[:100]))
+    return release
 
 
 def vfio_variant(root, modalias, release):
@@ -75,17 +100,14 @@ def vfio_variant(root, modalias, release):
 
     ``modules.alias`` lines ``alias vfio_pci:v000010DEd00002342sv*sd*bc*sc*i* nvgrace_gpu_vfio_pci`` are
     matched against the device's ``modalias`` (``pci:v000010DEd00002342sv...``); the match with the fewest
-    wildcards wins (the most specific alias), ties go to the first listed.
+    wildcards wins (the most specific alias), ties go to the first listed.  No ``modules.alias``: None; one that
+    cannot be read: VfioError.
     """
     if not modalias or not release:
         return None
-    try:
-        with open(sysfs_path(root, "lib/modules", release, "modules.alias")) as f:
-            lines = f.read().splitlines()
-    except (OSError, UnicodeDecodeError):
-        return None
+    text = _node_text(sysfs_path(root, "lib/modules", release, "modules.alias"), MODULES_ALIAS_LIMIT)
     best = None
-    for line in lines:
+    for line in (text or "").splitlines():
         parts = line.split()
         if len(parts) != 3 or parts[0] != "alias" or not parts[1].startswith("vfio_pci:"):
             continue
@@ -100,11 +122,7 @@ def vfio_variant(root, modalias, release):
 
 
 def _read_modalias(root, bdf):
-    try:
-        with open(sysfs_path(root, "sys/bus/pci/devices", bdf, "modalias")) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+    return ((_node_text(sysfs_path(root, "sys/bus/pci/devices", bdf, "modalias")) or "").strip()) or None
 
 
 def variant_driver_name(root, module):
@@ -341,7 +359,6 @@ def plan(root, devices, state, include_group_members=False, persistent=True, cur
     """
     by_bdf = {d["bdf"]: d for d in read_pci_devices(root)}
     groups = read_iommu_groups(root)
-    release = kernel_release(root)
     requested = resolve_requested(devices, by_bdf)
     old = load_state(current_state_text, state_path, current_udev_text)
     new = {"devices": dict(old["devices"])}
@@ -355,6 +372,7 @@ def plan(root, devices, state, include_group_members=False, persistent=True, cur
         return {"selected": requested, "groups": {}, "actions": [], "state": old, "files": {}, "deferred": True}
     if state == "present":
         selected, by_group = expand_groups(requested, by_bdf, groups, include_group_members)
+        release = kernel_release(root) if selected else None
         for bdf in selected:
             dev = by_bdf[bdf]
             prev = old["devices"].get(bdf, {})
@@ -400,11 +418,6 @@ def plan(root, devices, state, include_group_members=False, persistent=True, cur
 
 # --- runtime binding (sysfs writes) ----------------------------------------------
 
-def _write(path, value):
-    with open(path, "w") as f:
-        f.write(value)
-
-
 def _driver_of(root, bdf):
     try:
         return os.path.basename(os.readlink(sysfs_path(root, "sys/bus/pci/devices", bdf, "driver")))
@@ -413,12 +426,10 @@ def _driver_of(root, bdf):
 
 
 def _override_of(root, bdf):
-    try:
-        with open(sysfs_path(root, "sys/bus/pci/devices", bdf, "driver_override")) as f:
-            value = f.read().strip()
-    except OSError:
-        return None
-    return None if value in ("", "(null)") else value
+    """A function's driver_override (None: none), to put back on a rollback.  Best effort: one that cannot be read
+    (``_pci.read_node_file``), or that is not a driver name, counts as none, so the rollback clears it."""
+    value = (read_node_text(sysfs_path(root, "sys/bus/pci/devices", bdf, "driver_override")) or "").strip()
+    return None if value in ("", "(null)") or not _driver_name(value) else value
 
 
 def bind_vfio(root, bdf, ensure_module, driver=VFIO_DRIVER, module=VFIO_DRIVER):

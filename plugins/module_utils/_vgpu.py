@@ -44,11 +44,16 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import (
     NVIDIA_VENDOR,
     list_bdfs,
     read_attr,
+    read_node_file,
+    read_node_text,
     read_pci_device,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import ApplyError, InputError
 
 NAME_CACHE = "/var/lib/gpuops/vgpu-types.json"
+#: bytes read at most from the boot-time apply's config and the name cache (both a few KiB: a type ID and a name
+#: per vGPU type of each GPU); a larger file is not read (the module reads the cache through _files, bounded alike)
+FILE_LIMIT = 16 * 1024 * 1024
 FILTER_RE = re.compile(r"0x[0-9A-Fa-f]{8}(:0x[0-9A-Fa-f]{8})?")     # matched whole
 BDF_RE = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 GPU_CLASSES = ("0300", "0302")
@@ -232,13 +237,14 @@ def dump_cache(cache):
 
 # --- planning -------------------------------------------------------------------------------------------------
 
-def _read(path):
-    """The text of the cache file for the boot-time apply; None when it is missing or unreadable (then rebuilt)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, ValueError):
-        return None
+def _read(path, notes):
+    """The text of the cache file for the boot-time apply; None when it is missing, or when it cannot be read (not a
+    regular file, larger than FILE_LIMIT, failing: ``_pci.read_node_file``; a note in ``notes`` says why): the
+    apply goes on with the types the VFs list now, and the module rebuilds the cache on its next run."""
+    problems = []
+    text = read_node_text(path, problems, FILE_LIMIT)
+    notes.extend("the vGPU type cache is not used: %s" % p for p in problems)
+    return text
 
 
 def _vfio_state(root, gpu, holders, cache):
@@ -606,9 +612,12 @@ def main(argv=None, root="/"):
     root = args.root
     result = {"changed": False, "gpus": []}
     try:
-        with open(args.config, encoding="utf-8") as fh:
-            doc = json.load(fh)
-        pl = plan(root, doc, args.name, "present", load_cache(_read(args.cache)))
+        data = read_node_file(args.config, FILE_LIMIT)    # a FIFO there never blocks the boot
+        if data is None:
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), args.config)
+        doc = json.loads(data.decode("utf-8"))
+        cache_notes = []
+        pl = plan(root, doc, args.name, "present", load_cache(_read(args.cache, cache_notes)))
         for gp in pl["gpus"]:
             entry = {"gpu": label(gp["gpu"]), "before": gp["before"], "wanted": gp["wanted"]}
             if changes(gp) and not args.check:
@@ -616,7 +625,7 @@ def main(argv=None, root="/"):
                 result["changed"] = True
             entry["after"] = after(root, gp)
             result["gpus"].append(entry)
-        result["notes"] = pl["notes"]
+        result["notes"] = cache_notes + pl["notes"]
     except (VgpuError, VgpuApplyError, OSError, ValueError) as exc:   # one line for the journal
         result.update(failed=True, msg=str(exc))
         _out(result)

@@ -165,7 +165,10 @@ options:
     type: list
     elements: str
   pid_file:
-    description: For O(restart_mode=signal), a file holding the daemon's pid (else C(pidof) is used).
+    description:
+      - For O(restart_mode=signal), a file holding the daemon's pid (else C(pidof) is used).
+      - Its content must be one process ID in ASCII digits; anything else (V(-1), a FIFO, a huge file) fails the
+        restart naming the file, and no signal is sent.
     type: path
   socket:
     description: Daemon socket used for the health check after a restart.

@@ -23,6 +23,10 @@ description:
   - Fails early, with a remediation, when the request cannot work on the host (for example Secure Boot on,
     no signed module and no enrolled DKMS key; open modules on a pre-Turing GPU; Debian non-free without the
     requested branch).
+  - The host's files are read bounded and without blocking, regular files only. A package database that cannot
+    be read (C(/var/lib/dpkg/status) or dnf's C(versionlock.list) that is a FIFO, a device, or larger than 128 MiB
+    or 16 MiB) fails the plan with a message naming it; a MOK certificate or MOK list, or a process name, that
+    cannot be read is a warning.
 author:
   - gpuops.nvidia contributors (@gpuops)
 options:
@@ -306,18 +310,22 @@ def main():
     except GpuopsError as exc:
         fail(module, exc, remediation=exc.remediation or "")
     family = _driver.os_family(gpu.get("os") or {})[0]
-    held = _driver.read_dpkg_held(root) if family in ("debian", "ubuntu") else _driver.read_versionlock(root)
-    host = _driver.host_from_facts(gpu, installed=installed_packages(module, root, family),
-                                   mok=_driver.read_mok(root, family, params["mok_cert"]), held=held,
-                                   kernels=_driver.read_kernels(root),
-                                   arch=params["arch"] or platform.machine())
+    warnings = []
     try:
+        # a package database that cannot be read fails the plan (HostError naming it); a MOK file, a warning
+        held = _driver.read_dpkg_held(root) if family in ("debian", "ubuntu") else _driver.read_versionlock(root)
+        host = _driver.host_from_facts(gpu, installed=installed_packages(module, root, family),
+                                       mok=_driver.read_mok(root, family, params["mok_cert"], warnings), held=held,
+                                       kernels=_driver.read_kernels(root),
+                                       arch=params["arch"] or platform.machine())
         result = _driver.plan(host, request(params))
     except GpuopsError as exc:
         fail(module, exc, remediation=exc.remediation or "")
     holders = []
     if result["installed"]["loaded_version"] and (not result["satisfied"] or result["state"] == "absent"):
-        holders = _driver.device_holders(root if os.path.isdir(os.path.join(root, "proc")) else "/")
+        holders = _driver.device_holders(root if os.path.isdir(os.path.join(root, "proc")) else "/", warnings)
+    for warning in warnings:
+        module.warn(warning)
         if holders:
             result["changes"].append("unloading the module is blocked by %s" % ", ".join(
                 "%s (pid %d)" % (h["comm"], h["pid"]) for h in holders))

@@ -21,7 +21,9 @@ description:
     C(/lib/modules/<release>/modules.alias) matching the function's C(modalias), for example
     C(nvgrace_gpu_vfio_pci) for Grace Hopper and Grace Blackwell superchip GPUs), the function is bound to that
     driver instead, as the GPU Operator's VFIO manager does (the most specific alias wins); persistence loads
-    that module and sets its name as C(driver_override).
+    that module and sets its name as C(driver_override). When C(modules.alias), the function's C(modalias) or
+    the kernel release cannot be read as a bounded regular file, the module refuses before any change and
+    names the file (guessing plain vfio-pci would be wrong on those superchips).
   - With O(persistent=true) the binding survives reboot per PCI address (a udev rule that sets
     C(driver_override) before any native driver loads), so only some of several identical GPUs can be passed
     through, which C(vfio-pci.ids) cannot do. vfio modules are loaded at boot, C(vfio-pci) is ordered before
