@@ -443,3 +443,19 @@ def test_a_few_aliases_are_fine():
     assert r["vars"]["device_plugin_image_pull_secrets"] == r["vars"]["gfd_image_pull_secrets"] == ["regcred"]
     text = f.clusterpolicy_group_vars(r)
     assert "&" not in text and "*" not in text  # written out in full: no aliases in group_vars
+
+
+def test_live_import_from_a_silent_api_server_ends_at_its_read_timeout(tmp_path):
+    """kubernetes.core's k8s_info has no request timeout: the play's own task timeout bounds each live read."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "unit", "plugins", "module_utils"))
+    import k8s_api_server  # pylint: disable=import-outside-toplevel
+    with k8s_api_server.silent_listener() as url:
+        kubeconfig = k8s_api_server.write_kubeconfig(tmp_path, url)
+        start = time.monotonic()
+        res = run_import(tmp_path, "-e", "clusterpolicy_output=%s" % (tmp_path / "out.yml"), "-e", "gpuops_kubeconfig=%s" % kubeconfig,
+                         "-e", "clusterpolicy_read_timeout=3", timeout=120)
+        took = time.monotonic() - start
+    assert res.returncode != 0 and "Read the ClusterPolicy from the cluster" in res.stdout, res.stdout[-3000:]
+    assert "timed out" in res.stdout.lower(), res.stdout[-3000:]
+    assert took < 60, "the read took %.0f s" % took
+    assert not (tmp_path / "out.yml").exists()
