@@ -86,7 +86,7 @@ os.environ["GPUOPS_COLLECTIONS"] = COLLECTIONS
 # Test equipment imported by plain name (as pytest's rootdir-relative import does for a plain checkout;
 # ansible-test imports test modules as ansible_collections.gpuops.nvidia.tests.unit.*, so say it here).
 for _path in (os.path.join(REPO, "tests", "fixtures", "noderoots"), os.path.join(HERE, "plugins", "module_utils"),
-              os.path.join(HERE, "roles"), HERE):
+              os.path.join(HERE, "roles"), os.path.join(HERE, "security"), HERE):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 sys.modules.setdefault("conftest", sys.modules[__name__])  # `from conftest import ...`: this module, not a copy

@@ -28,6 +28,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "fixtures", "vgpu"))
 sys.path.insert(0, os.path.join(HERE, "..", "fixtures", "vfio"))
 
+from pci_core import Kernel  # noqa: E402
 from sysfs import NVIDIA, make_tree  # noqa: E402
 from vgpu_sysfs import Host, snapshot  # noqa: E402
 
@@ -311,47 +312,6 @@ def test_vgpu_cache_that_is_a_symlink_is_not_written_through(tmp_path, monkeypat
 
 VFIO_FILES = {"rules": _vfio.UDEV_RULES, "modules-load": _vfio.MODULES_LOAD, "modprobe": _vfio.MODPROBE_CONF,
               "state": _vfio.STATE_FILE}
-
-
-class Kernel:
-    """Moves a function's ``driver`` link the way the PCI core does for the writes vfio_pci makes."""
-
-    def __init__(self, root, monkeypatch):
-        self.root = root
-        self.writes = []
-        self.real = _vfio._write
-        os.makedirs(os.path.join(root, "sys/bus/pci/drivers/vfio-pci"), exist_ok=True)
-        monkeypatch.setattr(_vfio, "_write", self.write)
-        monkeypatch.setattr(_vfio, "WAIT_TIMEOUT", 0.3, raising=False)
-
-    def dev(self, bdf, *parts):
-        return os.path.join(self.root, "sys/bus/pci/devices", bdf, *parts)
-
-    def driver(self, bdf):
-        try:
-            return os.path.basename(os.readlink(self.dev(bdf, "driver")))
-        except OSError:
-            return None
-
-    def link(self, bdf, drv):
-        if os.path.islink(self.dev(bdf, "driver")):
-            os.unlink(self.dev(bdf, "driver"))
-        if drv:
-            os.symlink(os.path.join(self.root, "sys/bus/pci/drivers", drv), self.dev(bdf, "driver"))
-
-    def write(self, path, value):
-        self.writes.append(path)
-        self.real(path, value)
-        bdf = value.strip()
-        if path.endswith("/unbind"):
-            self.link(bdf, None)
-        elif path.endswith("/bind"):
-            self.link(bdf, os.path.basename(os.path.dirname(path)))
-        elif path.endswith("drivers_probe") and self.driver(bdf) is None:
-            with open(self.dev(bdf, "driver_override")) as f:
-                ov = f.read().strip()
-            if ov and ov != "(null)":
-                self.link(bdf, ov)
 
 
 @pytest.fixture

@@ -8,24 +8,21 @@ Every read runs under a hard deadline (SIGALRM), so a read that blocks fails the
 suite."""
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import signal
-import socket
 
 import pytest
 import yaml
 
+import hostile_files
 import noderoots
+from hostile_files import HUGE, KINDS, deadline
 from conftest import run_module
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi, _gpu_facts
 from ansible_collections.gpuops.nvidia.plugins.modules import cdi_spec, gpu_facts
 
-DEADLINE_S = 5                    # a gather takes milliseconds; a blocked read takes forever
-HUGE = 700 * 1024 * 1024          # sparse: costs no disk
 BDF = "0000:3b:00.0"              # the L40S of the iommu-off node
 DEV = "sys/devices/pci0000:3b/" + BDF
 #: CDI's device name rule (container-device-interface, pkg/parser ValidateDeviceName), written out here
@@ -33,71 +30,9 @@ DEV = "sys/devices/pci0000:3b/" + BDF
 CDI_NAME = re.compile(r"[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9_.:-]*[A-Za-z0-9]")
 
 
-class Hung(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def deadline(seconds=DEADLINE_S):
-    """Fail (raise Hung) when the body runs longer than ``seconds``: a blocking open() or read() is interrupted."""
-    def expire(_signum, _frame):
-        raise Hung("still reading node files after %d s: a read blocked" % seconds)
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def _fifo(path):
-    os.mkfifo(path)
-
-
-def _socket(path):
-    cwd = os.getcwd()
-    os.chdir(os.path.dirname(path))   # AF_UNIX paths are limited to 108 bytes: bind the short name
-    try:
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(os.path.basename(path))
-        s.close()
-    finally:
-        os.chdir(cwd)
-
-
-def _device(path):
-    os.symlink("/dev/null", path)     # a character device, behind a link as sysfs has them
-
-
-def _directory(path):
-    os.mkdir(path)
-
-
-def _huge(path):
-    with open(path, "wb") as f:
-        f.truncate(HUGE)
-
-
-#: kind -> (maker, words the warning must carry)
-KINDS = {
-    "fifo": (_fifo, "a FIFO"),
-    "socket": (_socket, "a socket"),
-    "device": (_device, "a character device"),
-    "directory": (_directory, "a directory"),
-    "huge": (_huge, "more than"),
-}
-
-
 def hostile(root, rel, kind):
     """Replace ``root/rel`` by a hostile file of ``kind``; return the path."""
-    path = os.path.join(root, rel)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if os.path.lexists(path):
-        os.unlink(path)
-    KINDS[kind][0](path)
-    return path
+    return hostile_files.hostile(os.path.join(root, rel), kind)
 
 
 def named(warnings, rel, kind):

@@ -8,18 +8,16 @@ Every call runs under a hard deadline (SIGALRM, or a subprocess timeout for the 
 read that blocks fails the test instead of hanging the suite."""
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 
 import pytest
 
 import noderoots
+from hostile_files import ALL, KINDS, deadline, hostile
 from conftest import REPO, run_module
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures", "vfio"))
@@ -41,76 +39,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils import (  # noqa: E4
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import HostError  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.modules import driver_plan, vfio_pci  # noqa: E402
 
-DEADLINE_S = 5                    # each call takes milliseconds; a blocked read takes forever
-HUGE = 700 * 1024 * 1024          # sparse: costs no disk; larger than every bound (the largest is dpkg's 128 MiB)
 RELEASE = "6.8.0-1015-nvidia-64k"
 GH200 = "0009:01:00.0"
-
-
-class Hung(BaseException):
-    """A read blocked.  Not an Exception: the code under test catches those (a check must report, never crash)."""
-
-
-@contextlib.contextmanager
-def deadline(seconds=DEADLINE_S):
-    def expire(_signum, _frame):
-        raise Hung("still reading after %d s: a read blocked" % seconds)
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
-def _fifo(path):
-    os.mkfifo(path)
-
-
-def _socket(path):
-    cwd = os.getcwd()
-    os.chdir(os.path.dirname(path))   # AF_UNIX paths are limited to 108 bytes: bind the short name
-    try:
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(os.path.basename(path))
-        s.close()
-    finally:
-        os.chdir(cwd)
-
-
-def _device(path):
-    os.symlink("/dev/null", path)
-
-
-def _directory(path):
-    os.mkdir(path)
-
-
-def _huge(path):
-    with open(path, "wb") as f:
-        f.truncate(HUGE)
-
-
-#: kind -> (maker, words the message must carry)
-KINDS = {
-    "fifo": (_fifo, "a FIFO"),
-    "socket": (_socket, "a socket"),
-    "device": (_device, "a character device"),
-    "directory": (_directory, "a directory"),
-    "huge": (_huge, "more than"),
-}
-ALL = sorted(KINDS)
-
-
-def hostile(path, kind):
-    """Replace ``path`` by a hostile file of ``kind``; return it."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    if os.path.lexists(path):
-        os.unlink(path)
-    KINDS[kind][0](path)
-    return path
 
 
 def says(text, path, kind):

@@ -15,7 +15,6 @@ the device's ``driver`` link the way the kernel would.
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import sys
@@ -25,65 +24,15 @@ from conftest import run_module
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "vfio"))
 
+from pci_core import Kernel  # noqa: E402
 from sysfs import NVIDIA, make_tree  # noqa: E402
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _vfio as v  # noqa: E402
 from ansible_collections.gpuops.nvidia.plugins.modules import vfio_pci  # noqa: E402
 
 STATE = "etc/gpuops/vfio-pci.json"
 RULES = "etc/udev/rules.d/40-gpuops-vfio-pci.rules"
 MODPROBE = "etc/modprobe.d/gpuops-vfio-pci.conf"
 MARKER = "var/lib/gpuops/vfio-initramfs.pending"
-
-
-class Kernel:
-    """Reacts to sysfs writes under ``root`` like the PCI core does."""
-
-    def __init__(self, root, monkeypatch, refuse_probe=()):
-        self.root = root
-        self.refuse_probe = set(refuse_probe)   # BDFs whose probe fails (EBUSY), for a mid-group failure
-        self.real = v._write
-        os.makedirs(self.drivers("vfio-pci"), exist_ok=True)
-        monkeypatch.setattr(v, "_write", self.write)
-        monkeypatch.setattr(v, "WAIT_TIMEOUT", 0.3, raising=False)
-        monkeypatch.setenv("GPUOPS_LOCK_DIR", os.path.join(root, "run/lock"))
-
-    def drivers(self, *parts):
-        return os.path.join(self.root, "sys/bus/pci/drivers", *parts)
-
-    def dev(self, bdf, *parts):
-        return os.path.join(self.root, "sys/bus/pci/devices", bdf, *parts)
-
-    def driver(self, bdf):
-        try:
-            return os.path.basename(os.readlink(self.dev(bdf, "driver")))
-        except OSError:
-            return None
-
-    def override(self, bdf):
-        with open(self.dev(bdf, "driver_override")) as f:
-            value = f.read().strip()
-        return None if value in ("", "(null)") else value
-
-    def link(self, bdf, drv):
-        if os.path.islink(self.dev(bdf, "driver")):
-            os.unlink(self.dev(bdf, "driver"))
-        if drv:
-            os.symlink(self.drivers(drv), self.dev(bdf, "driver"))
-
-    def write(self, path, value):
-        bdf = value.strip()
-        if path.endswith("drivers_probe") and bdf in self.refuse_probe:
-            raise OSError(errno.EBUSY, "Device or resource busy", path)
-        self.real(path, value)           # a directory or a missing parent fails here, as sysfs refuses
-        if path.endswith("/unbind"):
-            self.link(bdf, None)
-        elif path.endswith("/bind"):
-            self.link(bdf, os.path.basename(os.path.dirname(path)))
-        elif path.endswith("drivers_probe") and self.driver(bdf) is None:
-            ov = self.override(bdf)
-            if ov and os.path.isdir(self.drivers(ov)):
-                self.link(bdf, ov)
 
 
 def call(capsys, args):
