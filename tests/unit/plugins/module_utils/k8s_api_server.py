@@ -181,7 +181,10 @@ def run_module_process(name, args, where, limit=30):
     with open(argfile, "w") as f:
         json.dump({"ANSIBLE_MODULE_ARGS": args}, f)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(where), "TMPDIR": str(where),
-           "LANG": "C.UTF-8", "PYTHONPATH": os.environ["GPUOPS_COLLECTIONS"]}
+           "LANG": "C.UTF-8",
+           # the collection under test first, then where this process found ansible and kubernetes (a venv's
+           # site-packages, or the paths ansible-test units puts on sys.path)
+           "PYTHONPATH": os.pathsep.join([os.environ["GPUOPS_COLLECTIONS"]] + [p for p in sys.path if p and os.path.isdir(p)])}
     start = time.monotonic()
     try:
         proc = subprocess.run([sys.executable, "-m", "ansible_collections.gpuops.nvidia.plugins.modules." + name,
