@@ -436,7 +436,7 @@ def main(argv=None):
                         help="keep each device's context for SECONDS after its result is checked, so the process "
                              "stays visible as a client (e.g. of MPS); a line on stderr says when (default 0)")
     args = parser.parse_args(argv)
-    if args.device != "all" and not args.device.isdigit():
+    if args.device != "all" and not (args.device.isascii() and args.device.isdigit()):
         parser.error("--device must be 'all' or a device ordinal")
     if not 0 <= args.hold <= 86400:
         parser.error("--hold must be between 0 and 86400 seconds")

@@ -92,7 +92,7 @@ class DriverPlanError(InputError):
 
 # --- input checks ------------------------------------------------------------------
 
-VERSION_RE = re.compile(r"^\d{3}\.\d{1,3}(?:\.\d{1,3})?\Z")
+VERSION_RE = re.compile(r"^[0-9]{3}\.[0-9]{1,3}(?:\.[0-9]{1,3})?\Z")
 # a URL as it goes into a .sources / .repo file: no whitespace, quotes or control characters
 URL_RE = re.compile(r"^(?:https?|ftp|file)://[^\s\"'<>\\`\x00-\x1f\x7f]+\Z")
 ARCH_RE = re.compile(r"^[A-Za-z0-9_]+\Z")
@@ -126,7 +126,7 @@ def check_facts(gpu):
     if isinstance(release, str) and release and not KERNEL_RELEASE_RE.match(release):
         problems.append("gpu_facts.kernel.release %r is not a kernel release (what `uname -r` prints)" % release)
     driver = gpu.get("driver") if isinstance(gpu.get("driver"), dict) else {}
-    if isinstance(driver.get("version"), str) and not re.match(r"^\d+\.\d+(?:\.\d+)?\Z", driver["version"]):
+    if isinstance(driver.get("version"), str) and not re.match(r"^[0-9]+\.[0-9]+(?:\.[0-9]+)?\Z", driver["version"]):
         problems.append("gpu_facts.driver.version %r is not a driver version like 580.95.05" % driver["version"])
     if driver.get("kernel_module_type") not in (None, "open", "proprietary"):
         problems.append("gpu_facts.driver.kernel_module_type must be open or proprietary, got %r"
@@ -228,7 +228,7 @@ def resolve_module_type(requested, branch, ccs):
     known = [cc for cc in ccs if cc is not None]
     oldest = min(known) if known else None
     newest = max(known) if known else None
-    branch_n = int(branch) if str(branch).isdigit() else 0
+    branch_n = int(branch) if str(branch).isascii() and str(branch).isdigit() else 0
     if oldest is not None and oldest < TURING_CC and branch_n > LAST_PRE_TURING_BRANCH:
         raise DriverPlanError("GPUs with compute capability %d.%d (before Turing) are not supported by branch %s"
                               % (oldest + (branch,)),
@@ -412,7 +412,7 @@ def pin_preferences(branch, version):
 
 def release_key(release):
     """Sort key for kernel releases ("6.1.0-50-cloud-amd64" < "6.1.0-51-cloud-amd64" < "6.12.0-1-amd64")."""
-    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.\-+~_]", release or "")]
+    return [(0, int(p), "") if p.isascii() and p.isdigit() else (1, 0, p) for p in re.split(r"[.\-+~_]", release or "")]
 
 
 def target_kernel(running, installed, requested=None):
@@ -511,7 +511,7 @@ def plan(host, req):
         raise DriverPlanError("driver_version must be a driver version like \"580.95.05\", got %r" % (version,))
     if version and not branch:
         branch = version.split(".")[0]
-    if not re.fullmatch(r"\d{3}", branch):
+    if not re.fullmatch(r"[0-9]{3}", branch):
         raise DriverPlanError("driver_branch must be a driver branch like \"580\", got %r" % branch)
     running = host.get("kernel_release")
     kernel, kernel_note = target_kernel(running, host.get("installed_kernels"), req.get("kernel_release"))

@@ -379,7 +379,7 @@ def _stale_temps(directory, prefix):
         if not (n.startswith(prefix) and n.endswith(".tmp")):
             continue
         pid = n[len(prefix):].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+        if pid.isascii() and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
             out.append(os.path.join(directory, n))
     return out
 

@@ -32,7 +32,7 @@ IOMMU_ARG_KEYS = (
     "vfio_pci.ids", "vfio_iommu_type1.allow_unsafe_interrupts", "pcie_acs_override",
     "modprobe.blacklist", "rd.driver.blacklist", "nouveau.modeset", "rd.driver.pre",
 )
-DRIVER_VERSION_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)")
+DRIVER_VERSION_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+([0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 #: bytes read at most from /proc/modules: one line of ~60-100 bytes per loaded module, so room for ten thousand
 #: modules where hosts load a few hundred
 MODULES_LIMIT = 1024 * 1024

@@ -93,7 +93,7 @@ def labels_from_inventory(gpu):
     if count < 1:
         raise LabelPlanError(["gpu.count must be >= 1, got {!r}".format(gpu.get("count"))])
     cc = gpu.get("compute_capability")
-    if cc is not None and not re.match(r"^\d+(\.\d+)?\Z", str(cc)):
+    if cc is not None and not re.match(r"^[0-9]+(\.[0-9]+)?\Z", str(cc)):
         raise LabelPlanError(["gpu.compute_capability must be major.minor like 9.0, got {!r}".format(cc)])
     for key in ("product", "driver_version", "cuda_version", "machine"):
         if gpu.get(key) is not None and not isinstance(gpu.get(key), str):

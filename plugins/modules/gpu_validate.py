@@ -212,7 +212,7 @@ def main():
                              % ", ".join(_validate.CHECKS))
     if p["cuda_elements"] < 1:
         module.fail_json(msg="cuda_elements must be at least 1")
-    if p["cuda_device"] != "all" and not p["cuda_device"].isdigit():
+    if p["cuda_device"] != "all" and not (p["cuda_device"].isascii() and p["cuda_device"].isdigit()):
         module.fail_json(msg="cuda_device must be 'all' or a CUDA device ordinal, got %r" % p["cuda_device"])
     if p["command_timeout"] < 1:
         module.fail_json(msg="command_timeout must be at least 1 second, got %d" % p["command_timeout"])

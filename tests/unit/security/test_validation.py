@@ -22,7 +22,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 from role_render import Role
 
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi, _container_runtime, _driver, _mig, _vfio
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _cdi, _container_runtime, _driver, _files, _host, _mig, _vfio
 from ansible_collections.gpuops.nvidia.plugins.plugin_utils import _clusterpolicy, _k8s_jobs
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
@@ -217,3 +217,30 @@ def test_vfio_state_refuses_a_key_or_driver_with_a_newline():
         with pytest.raises(_vfio.VfioError):
             _vfio.load_state(json.dumps(bad))
     assert _vfio.is_vfio_driver("nvgrace_gpu_vfio_pci") and not _vfio.is_vfio_driver("nvgrace_gpu_vfio_pci\n")
+
+
+# -- digits: str.isdigit() says yes to '²', which int() refuses, and \d takes '５８０' --------------------------------
+
+def test_a_temp_file_named_with_another_kind_of_digit_is_not_a_writer(tmp_path):
+    # a node's file name in the directory of a file being written: it must not stop the write with a traceback
+    (tmp_path / ".name.\u00b2.x.tmp").write_text("")
+    assert _files._stale_temps(str(tmp_path), ".name.") == []
+
+
+def test_kernel_releases_sort_with_other_kinds_of_digit():
+    assert sorted(["6.1.0-\u00b2-amd64", "6.1.0-50-amd64"], key=_driver.release_key)[0] == "6.1.0-50-amd64"
+
+
+@pytest.mark.parametrize("branch", ["\uff15\uff18\uff10", "5\u00b28", "\u0665\u0668\u0660"])
+def test_a_driver_branch_in_other_digits_is_refused(branch):
+    host = _driver.host_from_facts({"os": {"id": "ubuntu", "version_id": "24.04"},
+                                    "kernel": {"release": "6.8.0-49-generic", "headers_present": True},
+                                    "driver": {}, "devices": [], "nvswitches": []})
+    assert _driver.plan(host, {"branch": "580", "state": "present"})
+    with pytest.raises(_driver.DriverPlanError):
+        _driver.plan(host, {"branch": branch, "state": "present"})
+
+
+def test_a_driver_version_in_other_digits_is_no_version():
+    assert _host.parse_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  \uff15\uff18\uff10.95.05  Sun")[0] is None
+    assert _host.parse_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.95.05  Sun")[0] == "580.95.05"
