@@ -104,6 +104,10 @@ def check_workload(workload, where="workload"):
     return workload
 
 
+# a CUDA version as the doctor's survey question and doctor_cuda_version take it: ASCII digits, 1 to 3 parts
+_CUDA_VERSION = re.compile(r"[0-9]{1,4}(\.[0-9]{1,4}){0,2}")
+
+
 def check_expect(expect):
     if expect is None:
         return {}
@@ -117,10 +121,6 @@ def check_expect(expect):
                                    or not _CUDA_VERSION.fullmatch(str(want))):
         raise DoctorInputError("expect.cuda_version must be a version such as 12.4, got %r" % (want,))
     return out
-
-
-# a CUDA version as the doctor's survey question and doctor_cuda_version take it: ASCII digits, 1 to 3 parts
-_CUDA_VERSION = re.compile(r"[0-9]{1,4}(\.[0-9]{1,4}){0,2}")
 
 
 def _version_tuple(text):
