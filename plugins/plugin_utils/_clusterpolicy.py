@@ -94,7 +94,7 @@ VARIABLES = frozenset([
     "container_toolkit_runtime_config_path", "container_toolkit_runtime_extra_args", "container_toolkit_runtime_mode",
     "container_toolkit_runtime_name", "container_toolkit_set_as_default", "container_toolkit_version",
     "runtime_class_handlers",
-    "device_plugin_default_config", "gfd_default_config", "gfd_sleep_interval",
+    "device_plugin_default_config", "gfd_default_config", "gfd_fail_on_init_error", "gfd_sleep_interval",
     "dcgm_exporter_metrics", "dcgm_exporter_port", "dcgm_exporter_service_monitor",
     "dcgm_exporter_service_monitor_interval", "dcgm_exporter_service_monitor_labels", "dcgm_exporter_service_type",
     "mig_manager_cdi_enabled", "mig_manager_default_config", "mig_manager_gpu_clients", "mig_manager_with_reboot",
@@ -1002,7 +1002,10 @@ def _gfd(m, disabled):
 
     def sleep(value, path):
         m.set("gfd_sleep_interval", value, path)
-    m.common("gfd", "gfd", env_handlers={"GFD_SLEEP_INTERVAL": sleep})
+
+    def fail_on_init_error(value, path):
+        m.set("gfd_fail_on_init_error", _bool(value, path), path)
+    m.common("gfd", "gfd", env_handlers={"GFD_SLEEP_INTERVAL": sleep, "GFD_FAIL_ON_INIT_ERROR": fail_on_init_error})
 
 
 def _mig(m, disabled):

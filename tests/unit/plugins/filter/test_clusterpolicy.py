@@ -241,6 +241,16 @@ def test_device_plugin_env_without_configmap_makes_the_default_config():
     assert {"devicePlugin.config.name", "devicePlugin.env[DEVICE_LIST_STRATEGY]"} <= set(paths(r))
 
 
+@pytest.mark.parametrize("value, expected", [("false", False), ("True", True), (" FALSE ", False)])
+def test_gfd_fail_on_init_error_env(value, expected):
+    policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {
+        "gfd": {"env": [{"name": "GFD_FAIL_ON_INIT_ERROR", "value": value}]}}}
+    assert f.clusterpolicy_to_vars(policy)["vars"]["gfd_fail_on_init_error"] is expected
+    policy["spec"]["gfd"]["env"][0]["value"] = "sometimes"
+    with pytest.raises(AnsibleFilterError, match=r"GFD_FAIL_ON_INIT_ERROR.*must be a boolean"):
+        f.clusterpolicy_to_vars(policy)
+
+
 def test_unknown_fields_are_listed_not_dropped():
     docs = load("default-sample.yaml")
     spec = docs[0]["spec"]
