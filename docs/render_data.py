@@ -20,6 +20,7 @@ the markers is replaced.  ``--get`` keys:
 
     containerd.lane          the containerd 2.x the lanes build from Go modules (a Go module version, vX.Y.Z)
     containerd.lane.debian   the containerd of the runtime lane's Debian package (observed, not pinned)
+    components.<role>        the image version that role pins (nfd, device_plugin, gfd, validator, ...)
 
 tests/unit/meta/test_containerd_releases.py runs the check in ``make test-unit`` and fails when any other
 tracked file names a lane version itself.
@@ -67,6 +68,9 @@ GETTERS = {
     "containerd.lane": lambda: lane("go")["lane"]["version"],
     "containerd.lane.debian": lambda: lane("debian")["lane"]["version"],
 }
+# components.<role>: the image version a component role pins (the lanes build NFD at exactly that version)
+GETTERS.update({"components." + _role: (lambda r=_role: components().IMAGES[r]["version"])
+                for _role in ("nfd", "device_plugin", "gfd", "validator", "mig_manager", "dcgm_exporter")})
 
 
 # -- renderers ----------------------------------------------------------------------------------------------

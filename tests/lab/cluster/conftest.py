@@ -23,13 +23,14 @@ INVENTORY = os.path.join(CLUSTER_DIR, "inventory.yml")
 VARS = os.path.join(HERE, "vars.yml")
 
 
-def cluster_playbook(*extra, inventory=INVENTORY, check=True, timing=False):
-    """Run playbooks/cluster.yml (the installed collection) with the lane's vars and ``extra`` arguments.
+def cluster_playbook(*extra, inventory=INVENTORY, check=True, timing=False, vars_file=VARS, playbook="cluster.yml"):
+    """Run playbooks/cluster.yml (the installed collection; or ``playbook``) with the lane's vars (or
+    ``vars_file``) and ``extra`` arguments.
 
     Returns the CompletedProcess with ``seconds`` (how long it ran) added; ``timing`` prints that first.
     ``check``: a failed run fails the test, showing the end of its output."""
     cmd = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", inventory,
-           os.path.join(ROOT, "playbooks", "cluster.yml"), "-e", "@" + VARS] + list(extra)
+           os.path.join(ROOT, "playbooks", playbook), "-e", "@" + vars_file] + list(extra)
     env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=os.environ.get(
                    "ANSIBLE_COLLECTIONS_PATH", os.path.join(ROOT, ".collections")),
                ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_FORCE_COLOR="0",
@@ -38,7 +39,7 @@ def cluster_playbook(*extra, inventory=INVENTORY, check=True, timing=False):
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
     r.seconds = time.time() - t0
     if timing:
-        print(f"cluster.yml {' '.join(extra)}: {r.seconds:.1f}s")
+        print(f"{playbook} {' '.join(extra)}: {r.seconds:.1f}s")
     if check and r.returncode != 0:
         pytest.fail(f"playbook failed (rc={r.returncode}):\n{r.stdout[-8000:]}\n{r.stderr[-3000:]}")
     return r

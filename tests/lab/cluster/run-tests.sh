@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The cluster lane: a fresh control plane (own state dir and ports, so an interactive
 # `make cluster-up` cluster is left alone), the default node spec, the pytest proofs,
-# then a clean stop. Logs and state are kept on failure (path printed).
+# then a clean stop; then a real node (test_kubenode.py) and the fleet regression check, each
+# on a control plane of its own. Logs and state are kept on failure (path printed).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -20,6 +21,20 @@ rc=0
 "$PYTHON" -m pytest -p no:cacheprovider -v "$HERE/test_cluster_lane.py" "$HERE/test_driver_upgrade.py" \
     "$HERE/test_kubevirt.py" "$@" || rc=$?
 if ((rc == 0)); then
+    "$HERE/down.sh" --purge
+    # the real node (kubelet + containerd here, tests/lab/kubenode) beside a fresh KWOK fleet: a control plane of
+    # its own, so that nothing the tests above left behind is on it; node.sh stop runs however pytest ends
+    export KN_DIR=$CACHE/kubenode/lane
+    "$HERE/up.sh" "${NODES_TEST:-$HERE/nodes/default.yml}"
+    trap 'KN_KUBECONFIG=$CLUSTER_DIR/kubeconfig bash "$ROOT/tests/lab/kubenode/node.sh" stop' EXIT
+    "$PYTHON" -m pytest -p no:cacheprovider -v "$HERE/test_kubenode.py" || rc=$?
+    KN_KUBECONFIG=$CLUSTER_DIR/kubeconfig bash "$ROOT/tests/lab/kubenode/node.sh" stop
+    trap - EXIT
+    if ((rc != 0)); then
+        "$HERE/down.sh"
+        echo "[cluster] real node FAILED (rc=$rc); logs and state kept in $CLUSTER_DIR and $KN_DIR" >&2
+        exit $rc
+    fi
     "$HERE/down.sh" --purge
     # the fleet regression check brings up its own 100-node control plane (audit log of every request)
     "$PYTHON" -m pytest -p no:cacheprovider -v -s "$HERE/test_fleet_regression.py" || rc=$?

@@ -8,8 +8,15 @@
 #   nvidia-cdi-hook                           <- github.com/NVIDIA/nvidia-container-toolkit (cgo: NVML
 #                                                through dlopen); packed as a release-shaped archive the
 #                                                container_toolkit role installs from (the air-gapped path)
-#   nvidia-device-plugin, gpu-feature-discovery <- github.com/NVIDIA/k8s-device-plugin, patched
-#                                                (patches/*.patch says why)
+#   nvidia-device-plugin, gpu-feature-discovery,
+#   config-manager                            <- github.com/NVIDIA/k8s-device-plugin, patched
+#                                                (patches/*.patch says why): the newest version the Go
+#                                                module proxy serves (the roles pin a newer one: the
+#                                                kubelet node lanes run the built one and say so)
+#   nfd-master, nfd-worker                    <- sigs.k8s.io/node-feature-discovery at the version the
+#                                                nfd role pins (plugins/plugin_utils/_components.py)
+#   loopback                                  <- github.com/containernetworking/plugins (the CNI config of
+#                                                the kubelet node lanes: pods there use the host network)
 #   kubelet                                   <- k8s.io/kubernetes, built by ../cluster/build.sh (same
 #                                                version as the cluster lane)
 #   pause                                     <- pause.c here, gcc -static
@@ -17,7 +24,9 @@
 #   wheels                                    <- ansible-core and friends for the node's Python 3.12
 #
 # Binaries are cached under $GPUOPS_CACHE/gpu/bin keyed by version stamp; the bundle is written to
-# $BUNDLE (default: <repo>/.gpu-bundle, git-ignored, carried to the GPU machine).
+# $BUNDLE (default: <repo>/.gpu-bundle, git-ignored, carried to the GPU machine).  `build.sh bin` builds
+# the binaries only (the cluster lane's kubelet node); one build at a time (a lock under the cache), so
+# the two test queues can ask for the same binaries at once.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -26,6 +35,8 @@ ROOT=$(cd "$HERE/../../.." && pwd)
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-$(python3 "$ROOT/docs/render_data.py" --get containerd.lane)}
 NVIDIA_CTK_VERSION=${NVIDIA_CTK_VERSION:-v1.20.2}
 DEVICE_PLUGIN_VERSION=${DEVICE_PLUGIN_VERSION:-v0.17.4}
+NFD_VERSION=${NFD_VERSION:-$(python3 "$ROOT/docs/render_data.py" --get components.nfd)}
+CNI_PLUGINS_VERSION=${CNI_PLUGINS_VERSION:-v1.10.0}
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 ANSIBLE_CORE_VERSION=${ANSIBLE_CORE_VERSION:-$(sed -n 's/^ansible-core==//p' "$ROOT/requirements-dev.txt" | head -1)}
 NICE=${NICE:-10}
@@ -35,6 +46,8 @@ STAMPS=$CACHE/gpu/stamps
 WORK=$CACHE/gpu/work
 BUNDLE=${BUNDLE:-$ROOT/.gpu-bundle}
 mkdir -p "$BIN" "$STAMPS" "$WORK"
+exec 9>"$CACHE/gpu/.build.lock"
+flock 9
 renice -n "$NICE" -p $$ >/dev/null 2>&1 || true
 
 GO=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
@@ -91,7 +104,7 @@ build_toolkit() {
 
 build_device_plugin() {
     local s="k8s-device-plugin-$DEVICE_PLUGIN_VERSION+$(sha256sum "$HERE"/patches/*.patch | sha256sum | cut -c1-12)"
-    fresh nvidia-device-plugin "$s" && fresh gpu-feature-discovery "$s" && return 0
+    fresh nvidia-device-plugin "$s" && fresh gpu-feature-discovery "$s" && fresh config-manager "$s" && return 0
     log "k8s-device-plugin: building ($s)"
     local src=$WORK/k8s-device-plugin
     (cd /tmp && GOFLAGS=-mod=mod "$GO" mod download "github.com/NVIDIA/k8s-device-plugin@$DEVICE_PLUGIN_VERSION")
@@ -103,12 +116,38 @@ build_device_plugin() {
         patch -s -p1 -d "$src" <"$p"
     done
     (cd "$src" && GOFLAGS="-mod=mod -buildvcs=false" "$GO" mod tidy &&
-        for c in nvidia-device-plugin gpu-feature-discovery; do
+        for c in nvidia-device-plugin gpu-feature-discovery config-manager; do
             GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=1 nice -n "$NICE" "$GO" build -trimpath \
                 -ldflags "-s -w -X github.com/NVIDIA/k8s-device-plugin/internal/info.version=$DEVICE_PLUGIN_VERSION" \
                 -o "$BIN/$c" "./cmd/$c"
         done)
-    stamp nvidia-device-plugin "$s"; stamp gpu-feature-discovery "$s"
+    stamp nvidia-device-plugin "$s"; stamp gpu-feature-discovery "$s"; stamp config-manager "$s"
+}
+
+build_nfd() {
+    # the module's go.mod replaces its API module with ./api/nfd, a module of its own that the module zip
+    # leaves out (and `go install pkg@version` refuses replace directives): build in a copy of the source with
+    # the API module's zip of the same version put where the replace points
+    # the host's /etc, /sys, /boot... are read under /host-* (the worker DaemonSet's mounts), as NFD's own
+    # image build sets it
+    local s="node-feature-discovery-$NFD_VERSION+hostmount"
+    fresh nfd-master "$s" && fresh nfd-worker "$s" && return 0
+    log "node-feature-discovery: building ($s)"
+    local src=$WORK/node-feature-discovery m=sigs.k8s.io/node-feature-discovery
+    (cd /tmp && "$GO" mod download "$m@$NFD_VERSION" "$m/api/nfd@$NFD_VERSION")
+    rm -rf "$src"; cp -r "$GOMODCACHE/$m@$NFD_VERSION" "$src"; chmod -R u+w "$src"
+    rm -rf "$src/api/nfd"; cp -r "$GOMODCACHE/$m/api/nfd@$NFD_VERSION" "$src/api/nfd"; chmod -R u+w "$src/api/nfd"
+    (cd "$src" && CGO_ENABLED=0 nice -n "$NICE" "$GO" build -mod=mod -trimpath \
+        -ldflags "-s -w -X $m/pkg/version.version=$NFD_VERSION -X $m/pkg/utils/hostpath.pathPrefix=/host-" -o "$BIN/" ./cmd/nfd-master ./cmd/nfd-worker)
+    stamp nfd-master "$s"; stamp nfd-worker "$s"
+}
+
+build_cni() {
+    local s="cni-plugins-$CNI_PLUGINS_VERSION"
+    fresh loopback "$s" && return 0
+    log "loopback: building ($s)"
+    go_install 0 "" "github.com/containernetworking/plugins/plugins/main/loopback@$CNI_PLUGINS_VERSION"
+    stamp loopback "$s"
 }
 
 build_kubelet() {
@@ -195,7 +234,10 @@ build_small
 build_containerd
 build_toolkit
 build_device_plugin
+build_nfd
+build_cni
 build_kubelet
+if [[ ${1:-} == bin ]]; then log "binaries in $BIN ($((SECONDS - t0)) s)"; exit 0; fi
 wheels
 pack
 log "done in $((SECONDS - t0)) s"

@@ -12,6 +12,12 @@ CDI spec at container start, as on any GPU node.  Env mirrors NVIDIA's CUDA base
 (PATH and LD_LIBRARY_PATH include /usr/local/nvidia).
 
   mkimage.py --name gpuops.local/node-check:lane --pause BIN --busybox BIN --cuda-check FILE --out image.tar
+
+With ``--bin``, a component image instead (the kubelet node lanes: NVIDIA's and NFD's binaries, built here
+from their sources, under the names the roles render): busybox and its applets, each ``--bin`` in /usr/bin
+with the shared libraries it needs, /etc/passwd, and ``--user`` as the image's user; no python, no check.
+
+  mkimage.py --name REF --busybox BIN --bin nvidia-device-plugin --bin config-manager [--user 65534:65534] --out x.tar
 """
 from __future__ import annotations
 
@@ -157,15 +163,42 @@ def build(args):
     return data, len(layer.names)
 
 
+def build_component(args):
+    layer = Layer()
+    for d in ("proc", "sys", "dev", "tmp", "etc", "run", "var/tmp", "usr/bin", "usr/local/nvidia"):
+        layer.dir(d, 0o1777 if d in ("tmp", "var/tmp") else 0o755)
+    for top in ("bin", "sbin", "lib", "lib64"):
+        if os.path.islink("/" + top):
+            layer.dir("usr/" + top)
+            layer.link(top, os.readlink("/" + top))
+    if args.pause:
+        layer.host_file(args.pause, "pause")
+    layer.host_file(args.busybox, "usr/bin/busybox")
+    for a in APPLETS:
+        layer.link("usr/bin/" + a, "busybox")
+    for b in args.bin:
+        layer.host_file(b, "usr/bin/" + os.path.basename(b))
+    # the device plugin and GFD are cgo builds (NVML through dlopen): glibc and the loader come along
+    for lib in sorted(needed_libs(args.bin)):
+        layer.host_file(lib)
+        real = os.path.realpath(lib)
+        if real != lib:
+            layer.host_file(real)
+    layer.file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
+    layer.file("etc/group", b"root:x:0:\nnogroup:x:65534:\n")
+    return layer.bytes(), len(layer.names)
+
+
 def sha(data):
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def oci_archive(layer, name, out):
+def oci_archive(layer, name, out, entrypoint=("/pause",), user=""):
     config = {
         "architecture": "amd64", "os": "linux",
         "config": {
-            "Entrypoint": ["/pause"],
+            **({"Entrypoint": list(entrypoint)} if entrypoint else {}),
+            **({"User": user} if user else {}),
             "Env": ["PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                     "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
                     "NVIDIA_DRIVER_CAPABILITIES=compute,utility"],
@@ -201,15 +234,23 @@ def oci_archive(layer, name, out):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", required=True)
-    ap.add_argument("--pause", required=True)
+    ap.add_argument("--pause", help="the sandbox process (/pause); required without --bin")
     ap.add_argument("--busybox", required=True)
-    ap.add_argument("--cuda-check", required=True)
+    ap.add_argument("--cuda-check", help="the CUDA check (/check/_cuda.py); required without --bin")
+    ap.add_argument("--bin", action="append", default=[], help="a component binary for /usr/bin (component image)")
+    ap.add_argument("--user", default="", help="the image's user (uid:gid), component images only")
     ap.add_argument("--out", required=True)
     ap.add_argument("--libs-for", nargs="*", default=[], help="host ELF files whose shared libraries the image must hold")
     ap.add_argument("--driver-dir", nargs="*", default=["/usr/local/nvidia"], help="driver dirs whose files stay out")
     args = ap.parse_args()
-    layer, n = build(args)
-    digest = oci_archive(layer, args.name, args.out)
+    if args.bin:
+        layer, n = build_component(args)
+        digest = oci_archive(layer, args.name, args.out, entrypoint=("/pause",) if args.pause else (), user=args.user)
+    else:
+        if not (args.pause and args.cuda_check):
+            ap.error("--pause and --cuda-check are required without --bin")
+        layer, n = build(args)
+        digest = oci_archive(layer, args.name, args.out)
     print("image %s: %d entries, layer %.1f MB, manifest %s" % (args.name, n, len(layer) / 1e6, digest))
 
 
