@@ -10,6 +10,7 @@ build on each other (join -> install -> rerun -> doctor -> a crash loop and its 
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -30,6 +31,7 @@ NODE_SH = os.path.join(ROOT, "tests", "lab", "kubenode", "node.sh")
 POLICY = os.path.join(ROOT, "tests", "lab", "kubenode", "host-network-policy.yaml")
 CACHE = os.environ.get("GPUOPS_CACHE", os.path.expanduser("~/.cache/gpuops"))
 KN_DIR = os.environ.get("KN_DIR", os.path.join(CACHE, "kubenode", "lane"))
+KN_BIN = os.path.join(CACHE, "gpu", "bin")
 API = "127.0.0.1:%s" % os.environ.get("CLUSTER_PORT_BASE", "26543")
 # the components this node runs, by the pods' `app` label
 APPS = {"nfd-master", "nfd-worker", "gpu-feature-discovery", "nvidia-device-plugin-daemonset"}
@@ -47,7 +49,7 @@ custom = client.CustomObjectsApi()
 
 
 def node_sh(*args, check=True):
-    env = dict(os.environ, KN_DIR=KN_DIR, KN_KUBECONFIG=KUBECONFIG, KN_API=API, KN_NODE=NODE,
+    env = dict(os.environ, KN_DIR=KN_DIR, KN_BIN=KN_BIN, KN_KUBECONFIG=KUBECONFIG, KN_API=API, KN_NODE=NODE,
                KN_REGISTRY=REGISTRY, KN_IMAGES="device_plugin=%s nfd=%s" % (DP_VERSION, NFD_VERSION),
                PYTHON=os.path.join(ROOT, ".venv", "bin", "python"))
     r = subprocess.run(["bash", NODE_SH, *args], env=env, capture_output=True, text=True, check=False)
@@ -67,6 +69,23 @@ def inventory(tmp_path_factory):
         # per-node labels put the device plugin and GFD there anyway
         "gpuops_k8s_node_labels": {"nvidia.com/gpu.deploy.device-plugin": "true",
                                    "nvidia.com/gpu.deploy.gpu-feature-discovery": "true"},
+        # the container_toolkit role registers the nvidia runtime in this node's containerd, as site.yml does on a
+        # GPU node: the toolkit's binaries are the ones built here (no package to install), the runtime's own
+        # config stays at its defaults (no GPU, so nothing for nvidia-ctk to set) and no CDI spec is written
+        "ansible_become": False,
+        "container_toolkit_install": False,
+        "container_toolkit_runtime": "containerd",
+        "container_toolkit_runtime_path": os.path.join(KN_BIN, "nvidia-container-runtime"),
+        "container_toolkit_runtime_config_path": os.path.join(KN_DIR, "containerd", "config.toml"),
+        "container_toolkit_runtime_mode": "",
+        "container_toolkit_cdi_enabled": False,
+        "container_toolkit_state_dir": os.path.join(KN_DIR, "toolkit-state"),
+        "container_toolkit_restart_mode": "command",
+        "container_toolkit_runtime_extra_args": {
+            "restart_command": ["env", "KN_DIR=" + KN_DIR, "KN_BIN=" + KN_BIN, "bash", NODE_SH, "restart-containerd"],
+            "binary_path": os.path.join(KN_BIN, "containerd"),
+            "ctr_path": os.path.join(KN_BIN, "ctr"),
+            "socket": os.path.join(KN_DIR, "run", "containerd.sock")},
     }}}}}}
     path.write_text(yaml.safe_dump(inv))
     return str(path)
@@ -147,6 +166,31 @@ def test_node_joins_ready():
     assert "kwok.x-k8s.io/node" not in (n.metadata.annotations or {})
 
 
+def toolkit(inventory, *extra):
+    return _playbook("-e", "gpuops_container_toolkit_hosts=k8s_nodes", *extra, inventory=inventory, vars_file=VARS,
+                     playbook="container_toolkit.yml")
+
+
+def test_container_toolkit_registers_the_nvidia_runtime(inventory):
+    cfg = os.path.join(KN_DIR, "containerd", "config.toml")
+    with open(cfg, encoding="utf-8") as f:
+        before = f.read()
+    pid = open(os.path.join(KN_DIR, "run", "containerd.pid"), encoding="utf-8").read().strip()
+    r = toolkit(inventory)
+    assert recap_changed(r.stdout)[NODE] > 0, r.stdout[-3000:]
+    with open(cfg, encoding="utf-8") as f:
+        after = f.read()
+    # our private settings kept, the nvidia handler added beside runc, pointing at the toolkit's runtime
+    assert 'sandbox = "gpuops.local/pause:lane"' in after and 'restrict_oom_score_adj = true' in after
+    assert "runtimes.nvidia" in after and os.path.join(KN_BIN, "nvidia-container-runtime") in after, after
+    assert before != after
+    # containerd restarted by the role through the node's own restart command, and answered
+    assert open(os.path.join(KN_DIR, "run", "containerd.pid"), encoding="utf-8").read().strip() != pid
+    assert {c.type: c.status for c in core.read_node(NODE).status.conditions}["Ready"] == "True"
+    r = toolkit(inventory)
+    assert recap_changed(r.stdout)[NODE] == 0, r.stdout[-3000:]
+
+
 def test_install_runs_the_components_on_the_real_node(inventory):
     r = playbook(inventory, timing=True)
     assert recap_changed(r.stdout).get("localhost", 0) > 0
@@ -160,6 +204,37 @@ def test_install_runs_the_components_on_the_real_node(inventory):
         # the lane's one admission change: nothing else of the rendered pod was touched
         assert p.spec.host_network is True
     assert {p.spec.runtime_class_name for p in now.values()} == {None}
+
+
+def test_a_pod_of_runtime_class_nvidia_runs_through_the_toolkits_runtime():
+    """The RuntimeClass the runtime_class role made, resolved by the kubelet to the handler the container_toolkit
+    role registered: containerd runs the container with nvidia-container-runtime (which, asked for no GPU,
+    hands it to runc unchanged)."""
+    name = "runtime-class-nvidia"
+    image = "%s/nvidia/k8s-device-plugin:%s" % (REGISTRY, DP_VERSION)
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"runtimeClassName": "nvidia", "nodeName": NODE, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "c", "image": image, "imagePullPolicy": "Never",
+                                     "command": ["sh", "-c", "echo via-nvidia-runtime; exec sleep 3600"]}]}}
+    core.create_namespaced_pod("default", body)
+    try:
+        deadline = time.time() + 60
+        while True:
+            p = core.read_namespaced_pod(name, "default")
+            if p.status.phase == "Running":
+                break
+            assert time.time() < deadline, p.status
+            time.sleep(1)
+        cid = p.status.container_statuses[0].container_id.split("://", 1)[1]
+        info = subprocess.run([os.path.join(KN_BIN, "ctr"), "--address", os.path.join(KN_DIR, "run", "containerd.sock"),
+                               "-n", "k8s.io", "containers", "info", cid], capture_output=True, text=True, check=True).stdout
+        runtime = json.loads(info)["Runtime"]
+        # the runc shim's options (a protobuf message, base64 in ctr's JSON) name the binary it runs
+        options = base64.b64decode(runtime["Options"]["value"])
+        assert runtime["Name"] == "io.containerd.runc.v2", runtime
+        assert os.path.join(KN_BIN, "nvidia-container-runtime").encode() in options, options
+    finally:
+        core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
 
 
 def test_the_versions_that_ran():

@@ -10,6 +10,8 @@
 #                     address of the API server, kubelet registered as $KN_NODE; waits until Ready
 #   node.sh stop      kubelet, every pod container, containerd, the service address: nothing left
 #   node.sh status    what runs
+#   node.sh restart-containerd   containerd again with its config as it is now (the container_toolkit role's
+#                     restart command after it registered the nvidia runtime); pods keep running
 #
 # Env: KN_DIR (state, logs; default $GPUOPS_CACHE/kubenode), KN_BIN (binaries; default
 # $GPUOPS_CACHE/gpu/bin), KN_KUBECONFIG (the API server, as admin), KN_API (host:port the kubeconfig's
@@ -217,10 +219,16 @@ status() {
     done
 }
 
+restart_containerd() {
+    stop_bg containerd
+    containerd_start
+}
+
 case ${1:-} in
 images) images ;;
+restart-containerd) restart_containerd ;;
 start) start ;;
 stop) stop ;;
 status) status ;;
-*) echo "usage: $0 images|start|stop|status" >&2; exit 2 ;;
+*) echo "usage: $0 images|start|stop|status|restart-containerd" >&2; exit 2 ;;
 esac
