@@ -11,7 +11,7 @@ NODES           ?= $(ROOT)/tests/lab/cluster/nodes/default.yml
 CLUSTER_ENV     := GPUOPS_CACHE=$(GPUOPS_CACHE) CLUSTER_DIR=$(CLUSTER_DIR_LAB) PYTHON=$(PY)
 BENCH_NODES     ?= 10 100 1000
 
-.PHONY: cluster-build cluster-up cluster-down test-cluster bench-cluster kubenode-bin
+.PHONY: cluster-build cluster-up cluster-down test-cluster bench-cluster kubenode-bin test-kubenode
 
 cluster-build: ## build + cache control plane, etcd, KWOK, helm from Go modules
 	$(CLUSTER_ENV) tests/lab/cluster/build.sh
@@ -24,6 +24,9 @@ cluster-down: ## stop the lab cluster (CLUSTER_PURGE=1 also removes its state)
 
 test-cluster: install cluster-build kubenode-bin ## cluster lane: placement, labels, idempotence, moves, uninstall, bad input, helm path, a real node
 	$(CLUSTER_ENV) tests/lab/cluster/run-tests.sh $(CLUSTER_TEST_ARGS)
+
+test-kubenode: install cluster-build kubenode-bin ## the cluster lane's real node alone (tests/lab/cluster/run-kubenode.sh)
+	$(CLUSTER_ENV) tests/lab/cluster/run-kubenode.sh $(CLUSTER_TEST_ARGS)
 
 # the real node's binaries (containerd, runc, kubelet, NFD, the device plugin, GFD, config-manager, CNI loopback):
 # the GPU bundle's build, binaries only; it waits while the other test queue builds the same (one lock)

@@ -364,10 +364,16 @@ def _restarts(pod, ns):
                               last_exit_code=worst["last_exit"]))
 
 
+def _between_restarts(c):
+    """A crash loop read between two of its restarts: the container has restarted, is not ready and has just
+    exited with an error (the kubelet has not put it back into CrashLoopBackOff yet)."""
+    return not c["ready"] and c["restarts"] > 0 and c["terminated_exit"] not in (None, 0)
+
+
 def _pod_findings(pod, ns):
     found = []
     for c in pod["containers"]:
-        if c["waiting"] in CRASH_REASONS:
+        if c["waiting"] in CRASH_REASONS or _between_restarts(c):
             found.append(_crashloop(pod, c, ns))
         elif c["waiting"] in IMAGE_REASONS:
             found.append(_image(pod, c, ns))

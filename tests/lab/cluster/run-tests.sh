@@ -4,14 +4,7 @@
 # then a clean stop; then a real node (test_kubenode.py) and the fleet regression check, each
 # on a control plane of its own. Logs and state are kept on failure (path printed).
 set -euo pipefail
-HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../../.." && pwd)
-CACHE=${GPUOPS_CACHE:-$HOME/.cache/gpuops}
-export GPUOPS_CACHE=$CACHE
-export CLUSTER_DIR=${CLUSTER_TEST_DIR:-$CACHE/cluster/test}
-export CLUSTER_PORT_BASE=${CLUSTER_TEST_PORT_BASE:-26543}
-export PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
-export PATH=$CACHE/cluster/bin:$ROOT/.venv/bin:$PATH
+source "$(dirname "$0")/test-env.sh"
 
 # node roots paired with simulated nodes (facts via gpu_facts root=...)
 [[ -d $ROOT/.lab/roots/h200 ]] || "$PYTHON" "$ROOT/tests/fixtures/noderoots/build.py" --out "$ROOT/.lab/roots" >/dev/null
@@ -23,19 +16,8 @@ rc=0
 if ((rc == 0)); then
     "$HERE/down.sh" --purge
     # the real node (kubelet + containerd here, tests/lab/kubenode) beside a fresh KWOK fleet: a control plane of
-    # its own, so that nothing the tests above left behind is on it; node.sh stop runs however pytest ends
-    export KN_DIR=$CACHE/kubenode/lane
-    "$HERE/up.sh" "${NODES_TEST:-$HERE/nodes/default.yml}"
-    trap 'KN_KUBECONFIG=$CLUSTER_DIR/kubeconfig bash "$ROOT/tests/lab/kubenode/node.sh" stop' EXIT
-    "$PYTHON" -m pytest -p no:cacheprovider -v "$HERE/test_kubenode.py" || rc=$?
-    KN_KUBECONFIG=$CLUSTER_DIR/kubeconfig bash "$ROOT/tests/lab/kubenode/node.sh" stop
-    trap - EXIT
-    if ((rc != 0)); then
-        "$HERE/down.sh"
-        echo "[cluster] real node FAILED (rc=$rc); logs and state kept in $CLUSTER_DIR and $KN_DIR" >&2
-        exit $rc
-    fi
-    "$HERE/down.sh" --purge
+    # its own, so that nothing the tests above left behind is on it
+    "$HERE/run-kubenode.sh" || exit $?
     # the fleet regression check brings up its own 100-node control plane (audit log of every request)
     "$PYTHON" -m pytest -p no:cacheprovider -v -s "$HERE/test_fleet_regression.py" || rc=$?
 else

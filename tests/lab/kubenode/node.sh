@@ -181,8 +181,18 @@ wait_ready() {
     tail -30 "$KN_DIR/logs/kubelet.log" >&2; return 1
 }
 
+fresh_state() {  # a node that starts from nothing: no containers, pods or kubelet state of an earlier run
+    running kubelet || running containerd && return 0
+    if grep -q " $KN_DIR/" /proc/mounts; then log "mounts left under $KN_DIR (node.sh stop first)"; return 1; fi
+    # kubelet's root only when it is the node's own (the GPU lane's /var/lib/kubelet is left as it is)
+    [[ $KN_KUBELET_ROOT == "$KN_DIR"/* ]] && rm -rf "$KN_KUBELET_ROOT"
+    rm -rf "$KN_DIR"/{containerd,pod-logs,kubelet-pki,logs}
+    mkdir -p "$KN_DIR"/{logs,containerd,pod-logs}
+}
+
 start() {
     [[ -n ${KN_KUBECONFIG:-} && -n ${KN_API:-} ]] || { log "KN_KUBECONFIG and KN_API are required"; return 1; }
+    fresh_state
     containerd_config
     containerd_start
     local t

@@ -146,6 +146,18 @@ def test_a_crash_looping_device_plugin_is_an_error_with_the_logs_command_and_the
                             "phase": "Running", "ready": False, "restarts": 12, "reasons": ["CrashLoopBackOff"]}]
 
 
+def test_a_crash_loop_read_between_two_restarts_is_still_a_crash_loop():
+    """Seen on the cluster lane's real node: GFD read just after it exited, before the kubelet set CrashLoopBackOff."""
+    st = container_status("gpu-feature-discovery", ready=False, restarts=2, running=False, last="Error", last_exit=1)
+    st["state"] = {"terminated": {"reason": "Error", "exitCode": 1}}
+    out = run([pod("gpu-feature-discovery", ready=False, containers=[st])])
+    assert [f["id"] for f in out["findings"]] == ["component-pod-crashloop"]
+    # a container that finished its work (exit 0) is not one
+    st["state"] = {"terminated": {"reason": "Completed", "exitCode": 0}}
+    assert [f["id"] for f in run([pod("gpu-feature-discovery", ready=False, containers=[st])])["findings"]] == [
+        "component-pod-not-ready"]
+
+
 @pytest.mark.parametrize("app,container,hints", [
     ("gpu-feature-discovery", "gpu-feature-discovery", ["NVML", "gfd_fail_on_init_error: false"]),
     ("nfd-worker", "worker", ["nfd_worker_config"]),
