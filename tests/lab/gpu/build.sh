@@ -25,8 +25,8 @@
 #
 # Binaries are cached under $GPUOPS_CACHE/gpu/bin keyed by version stamp; the bundle is written to
 # $BUNDLE (default: <repo>/.gpu-bundle, git-ignored, carried to the GPU machine).  `build.sh bin` builds
-# the binaries only (the cluster lane's kubelet node); one build at a time (a lock under the cache), so
-# the two test queues can ask for the same binaries at once.
+# the binaries only (the cluster lane's kubelet node); one build of the binaries at a time (a lock under the
+# cache, released before the bundle is packed), so the two test queues can ask for the same binaries at once.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -237,6 +237,9 @@ build_device_plugin
 build_nfd
 build_cni
 build_kubelet
+# the binaries are what the lock guards: a `build.sh bin` waiting in the other test queue goes on now, while
+# this run packs its bundle from them
+flock -u 9
 if [[ ${1:-} == bin ]]; then log "binaries in $BIN ($((SECONDS - t0)) s)"; exit 0; fi
 wheels
 pack
