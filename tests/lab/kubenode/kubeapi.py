@@ -77,7 +77,7 @@ class Api:
             except OSError:
                 pass
 
-    def request(self, method, path, body=None, query=None, content_type="application/json"):
+    def request(self, method, path, body=None, query=None):
         url = self.server + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
@@ -85,7 +85,7 @@ class Api:
         req = urllib.request.Request(url, data=data, method=method)
         req.add_header("Accept", "application/json")
         if data is not None:
-            req.add_header("Content-Type", content_type)
+            req.add_header("Content-Type", "application/json")
         if self.token:
             req.add_header("Authorization", "Bearer " + self.token)
         try:
@@ -97,9 +97,3 @@ class Api:
 
     def get(self, path, **query):
         return self.request("GET", path, query=query or None)
-
-    def items(self, path, **query):
-        return self.get(path, **query).get("items", [])
-
-    def delete(self, path):
-        return self.request("DELETE", path)
