@@ -4,7 +4,7 @@
 #   make test-gpu     there: runs tests/lab/gpu/run.sh (carry .gpu-bundle and .collections)
 # docs/gpu-lane.md says how to rerun it; results are committed under tests/lab/h200/results/.
 
-.PHONY: gpu-bundle test-gpu test-gpu-bundle
+.PHONY: gpu-bundle test-gpu test-gpu-bundle gpu-cluster-kit
 
 gpu-bundle: venv install ## build and pack what the GPU node lane carries (.gpu-bundle/)
 	@# one containerd and one toolkit version for both lanes (mk/runtime.mk names them; containerd comes from
@@ -17,3 +17,9 @@ test-gpu: ## run ON the GPU machine: the GPU node lane (needs .gpu-bundle and .c
 test-gpu-bundle: gpu-bundle ## CI: the bundle builds from a fresh clone and every carried binary runs here
 	bash tests/lab/gpu/check-bundle.sh
 BESIDE_TEST_TARGETS += test-gpu-bundle
+
+# GPU cluster lane: the lent GPU machine as a one-node cluster (control plane, kubelet, containerd), site.yml with
+# the API server, the component DaemonSets on the GPU.  Two calls there, back to back (docs/gpu-lane.md):
+#   tests/lab/gpu/cluster.sh stage | run   (carry .gpu-cluster/a, then .gpu-cluster/b)
+gpu-cluster-kit: venv install ## build and pack the GPU cluster lane's two parts (.gpu-cluster/a, b)
+	CONTAINERD_VERSION=$(CONTAINERD2_VERSION) NVIDIA_CTK_VERSION=$(NVIDIA_CTK_VERSION) bash tests/lab/gpu/cluster.sh pack

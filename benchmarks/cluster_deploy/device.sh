@@ -27,30 +27,6 @@ HALF_B=(kube-scheduler kwok etcd)
 log() { printf '[devkit %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-# the wheels run.py and the playbook need: ansible-core and kubernetes with everything they require, at the
-# versions of this checkout's .venv (requirements-dev.txt pins the two)
-wheel_pins() {
-    "$ROOT/.venv/bin/python" - <<'EOF'
-from importlib.metadata import distribution
-from packaging.requirements import Requirement
-env = {"extra": "", "python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
-       "platform_system": "Linux", "platform_machine": "x86_64", "implementation_name": "cpython",
-       "platform_python_implementation": "CPython", "os_name": "posix"}
-seen, todo = {}, ["ansible-core", "kubernetes"]
-while todo:
-    d = distribution(todo.pop())
-    key = d.metadata["Name"].lower().replace("_", "-")
-    if key in seen:
-        continue
-    seen[key] = d.version
-    for r in d.requires or []:
-        req = Requirement(r)
-        if req.marker is None or req.marker.evaluate(env):
-            todo.append(req.name)
-print("\n".join("%s==%s" % kv for kv in sorted(seen.items())))
-EOF
-}
-
 # xz -dc, or Python's lzma where the machine has no xz
 unxz() {
     if command -v xz >/dev/null; then xz -dc "$1"
@@ -70,7 +46,9 @@ pack() {
     for b in "${HALF_A[@]}"; do [[ $KIT/a/$b.xz -nt $bin/$b ]] || { log "xz $b"; xz -T0 -6 -c "$bin/$b" >"$KIT/a/$b.xz"; }; done
     for b in "${HALF_B[@]}"; do [[ $KIT/b/$b.xz -nt $bin/$b ]] || { log "xz $b"; xz -T0 -6 -c "$bin/$b" >"$KIT/b/$b.xz"; }; done
     log "wheels for Python $py"
-    wheel_pins >"$KIT/b/wheels/pins.txt"
+    # the wheels run.py and the playbook need: ansible-core and kubernetes with everything they require, at the
+    # versions of this checkout's .venv (requirements-dev.txt pins the two)
+    "$ROOT/.venv/bin/python" "$ROOT/tests/lab/wheel_pins.py" --python "$py" ansible-core kubernetes >"$KIT/b/wheels/pins.txt"
     "$ROOT/.venv/bin/python" -m pip download -q --no-deps --only-binary=:all: --python-version "$py" \
         --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
         --platform manylinux2014_x86_64 --platform any -d "$KIT/b/wheels" -r "$KIT/b/wheels/pins.txt"

@@ -88,6 +88,18 @@ build_k8s() {  # build_k8s <cmd>
     (cd "$WORK/kubernetes" && "$GO" build -trimpath -ldflags "$ld" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" && mv "$BIN/$cmd.tmp" "$BIN/$cmd")
 }
 
+build_kube() {  # the five Kubernetes commands as one binary (gomod/kube/main.go): what the GPU cluster lane carries
+    local stage=${K8S_VERSION#v}
+    local major=${stage%%.*} rest=${stage#*.}; local minor=${rest%%.*}
+    local ld="-s -w"
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor"
+        ld+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+    done
+    rm -rf "$WORK/kubernetes/kube" && mkdir -p "$WORK/kubernetes/kube" && cp "$HERE/gomod/kube/main.go" "$WORK/kubernetes/kube/"
+    (cd "$WORK/kubernetes" && "$GO" build -trimpath -ldflags "$ld" -o "$BIN/kube.tmp" ./kube && mv "$BIN/kube.tmp" "$BIN/kube")
+}
+
 build_etcd() {
     local d=$WORK/etcd
     if ! [[ -f $d/.ok && "$(cat "$d/.ok")" == "$ETCD_VERSION" ]]; then
@@ -115,6 +127,9 @@ for t in "${targets[@]}"; do
     kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet)
         fresh "$t" "k8s-$K8S_VERSION" || k8s_module
         timed "$t" "k8s-$K8S_VERSION" build_k8s "$t" ;;
+    kube)
+        fresh kube "k8s-$K8S_VERSION-$(sha256sum "$HERE/gomod/kube/main.go" | cut -c1-12)" || k8s_module
+        timed kube "k8s-$K8S_VERSION-$(sha256sum "$HERE/gomod/kube/main.go" | cut -c1-12)" build_kube ;;
     kwok) timed kwok "kwok-$KWOK_VERSION" build_install kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" ;;
     helm) timed helm "helm-$HELM_VERSION" build_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
     kubevirt-crds) "$PYTHON" "$HERE/kubevirt_crds.py" --version "$KUBEVIRT_VERSION" ;;  # own cache check, ~3 s cold

@@ -7,7 +7,8 @@
 #        default $GPUOPS_CACHE/cluster/run), CLUSTER_PORT_BASE (default 26443: apiserver;
 #        +1 etcd client, +2 etcd peer, +3 kcm, +4 scheduler, +5 kwok), PYTHON,
 #        CLUSTER_AUDIT (lane | 1 | 0: the API server's audit log, see below),
-#        KWOK_PARALLELISM (KWOK's pod and node stage workers and lease renewers, default 16).
+#        KWOK_PARALLELISM (KWOK's pod and node stage workers and lease renewers, default 16),
+#        CLUSTER_KWOK (1 default; 0: no KWOK, for a cluster of real kubelets only -- the GPU cluster lane).
 # Writes $CLUSTER_DIR/kubeconfig and $CLUSTER_DIR/inventory.yml (the spec as an Ansible
 # inventory of the same nodes). Idempotent: a running healthy cluster is reused and only
 # the node set is re-synced.
@@ -28,7 +29,11 @@ KWOK_PARALLELISM=${KWOK_PARALLELISM:-16}
 log() { printf '[cluster %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; log "logs kept in $DIR/logs"; tail -n 20 "$DIR"/logs/*.log >&2 || true; exit 1; }
 
-for b in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do
+CLUSTER_KWOK=${CLUSTER_KWOK:-1}
+[[ $CLUSTER_KWOK == [01] ]] || { log "CLUSTER_KWOK must be 0 or 1, got '$CLUSTER_KWOK'"; exit 2; }
+DAEMONS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+((CLUSTER_KWOK)) && DAEMONS+=(kwok)
+for b in "${DAEMONS[@]}"; do
     [[ -x $BIN/$b ]] || "$HERE/build.sh" "$b"
 done
 mkdir -p "$DIR"/{pki,logs,pids,etcd,kcm,sched}
@@ -172,6 +177,7 @@ if ! healthy; then
         --service-account-issuer https://kubernetes.default.svc.cluster.local \
         --service-account-key-file "$DIR/pki/sa.pub" --service-account-signing-key-file "$DIR/pki/sa.key" \
         --service-cluster-ip-range 10.96.0.0/16 --profiling=false \
+        --kubelet-client-certificate "$DIR/pki/admin.crt" --kubelet-client-key "$DIR/pki/admin.key" \
         --max-requests-inflight 800 --max-mutating-requests-inflight 400 --v 1 "${AUDIT_ARGS[@]}"
     wait_for kube-apiserver 120 healthy
 fi
@@ -194,12 +200,14 @@ start kube-scheduler "$BIN/kube-scheduler" --config "$DIR/scheduler.yaml" \
 # (--node-monitor-grace-period above) before calling a node NotReady: with 40 s leases a 5,000-node cluster
 # needs 500 renewals a second, more than two loaded cores serve, and nodes dropped out of the DaemonSets
 # mid-rollout (2026-12-04: 210 of 5,000 NotReady after 8 min).
-kwok_config
-start kwok "$BIN/kwok" --config "$DIR/kwok.yaml" --kubeconfig "$KCFG" \
-    --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-    --server-address "127.0.0.1:$KWOKP" --node-lease-duration-seconds 400 --cidr 10.244.0.1/16 --node-ip 10.0.0.1
+if ((CLUSTER_KWOK)); then
+    kwok_config
+    start kwok "$BIN/kwok" --config "$DIR/kwok.yaml" --kubeconfig "$KCFG" \
+        --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+        --server-address "127.0.0.1:$KWOKP" --node-lease-duration-seconds 400 --cidr 10.244.0.1/16 --node-ip 10.0.0.1
+fi
 sleep 1
-for c in etcd kube-apiserver kube-controller-manager kube-scheduler kwok; do running "$c" || die "$c exited"; done
+for c in "${DAEMONS[@]}"; do running "$c" || die "$c exited"; done
 log "control plane up in $((SECONDS - T0))s (kubeconfig: $KCFG)"
 
 # nodes: spec -> Node objects (created/updated/pruned) + inventory of the same nodes

@@ -18,7 +18,8 @@
 # server is reached at), KN_NODE (node name), KN_REGISTRY (the registry part of the roles' image names),
 # KN_IMAGES ("role=version ..." the images to make: device_plugin (also GFD's: one image), nfd),
 # KN_KUBELET_ROOT (default $KN_DIR/kubelet; the GPU lane uses /var/lib/kubelet, where NVIDIA's device plugin
-# finds kubelet's socket), KN_CONTAINERD_EXTRA (TOML appended to containerd's config), PYTHON.
+# finds kubelet's socket), KN_CONTAINERD_EXTRA (TOML appended to containerd's config), KN_CLIENT_CA (the CA
+# whose client certificates kubelet accepts: the lane's, so that the API server reaches it for logs), PYTHON.
 #
 # Two things the machines make us do, both outside what the roles render:
 #  - pods use the host network: the GPU machine has no veth or bridge in its kernel, so no CNI plugin can
@@ -154,6 +155,8 @@ healthzPort: 0
 authentication:
   anonymous: {enabled: false}
   webhook: {enabled: false}
+  # the API server's client certificate (up.sh: the admin's), so that kubectl logs/exec reach this kubelet
+  x509: {clientCAFile: "${KN_CLIENT_CA:-}"}
 authorization: {mode: AlwaysAllow}
 resolvConf: ""
 evictionHard: {}
@@ -164,7 +167,7 @@ syncFrequency: 5s
 nodeStatusUpdateFrequency: 5s
 EOF
     start_bg kubelet "$KN_BIN/kubelet" --config="$KN_DIR/kubelet.yaml" --kubeconfig="$KN_KUBECONFIG" \
-        --hostname-override="$KN_NODE" --root-dir="$KN_KUBELET_ROOT" \
+        --hostname-override="$KN_NODE" --node-ip=127.0.0.1 --root-dir="$KN_KUBELET_ROOT" \
         --cert-dir="$KN_DIR/kubelet-pki" --v=2
 }
 

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# The GPU cluster lane: the lent GPU machine as a one-node Kubernetes cluster -- the cluster lane's control
+# plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler; tests/lab/cluster/up.sh, no KWOK), the
+# kubelet node lane's containerd and kubelet (tests/lab/kubenode/node.sh) -- and playbooks/site.yml with
+# gpuops_k8s_api: true doing the host stages and the cluster stage against it, unchanged but for the registry
+# (tests/lab/gpu/cluster/vars.yml).  The checks are tests/lab/gpu/cluster/lane.py's; docs/gpu-lane.md says how
+# to rerun it.  That machine takes 64 MiB per call and keeps a call's ignored files only while it stays warm
+# (30 s), so the kit travels in two parts, each a call, made back to back:
+#
+#   here:   tests/lab/gpu/cluster.sh pack      -> .gpu-cluster/{a,b} (ignored); each part's call checked
+#                                                 against the 64 MiB limit with the working tree
+#   there:  tests/lab/gpu/cluster.sh stage     (call 1, carry .gpu-cluster/a: the Kubernetes binaries and
+#                                                 containerd, unpacked into .gpu-cluster/cache)
+#           tests/lab/gpu/cluster.sh run       (call 2, carry .gpu-cluster/b: NVIDIA's and NFD's binaries, runc,
+#                                                 wheels, kubernetes.core, the toolkit archive; runs the lane;
+#                                                 results to $OUT)
+#
+# Part a already staged on the warm machine is not staged again (its key is compared), so a failed run call
+# is repeated alone.  Every daemon the run starts is stopped when it ends (a trap), and the GPU's settings
+# are read before and after and compared: the lane never changes them.
+# Env: GPUC_KIT (default <repo>/.gpu-cluster), OUT (run: results; default .gpu-cluster/out), GPUC_BUDGET
+# (run: seconds lane.py may take, default 500).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+KIT=${GPUC_KIT:-$ROOT/.gpu-cluster}
+CACHE=${GPUOPS_CACHE:-$HOME/.cache/gpuops}
+LIMIT=$((64 * 1024 * 1024))
+PART_A=(kube etcd containerd ctr containerd-shim-runc-v2)
+PART_B=(nvidia-device-plugin gpu-feature-discovery config-manager nfd-master nfd-worker runc busybox pause loopback)
+K8S_LINKS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+
+log() { printf '[gpu-cluster %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+unxz() {  # xz -dc, or Python's lzma where the machine has no xz
+    if command -v xz >/dev/null; then xz -dc "$1"
+    else python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"; fi
+}
+tree_bytes() { (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- | tail -1 | cut -f1); }
+
+where() {  # where <binary>: the cache folder it is built into
+    case $1 in kube | etcd) echo "$CACHE/cluster/bin" ;; *) echo "$CACHE/gpu/bin" ;; esac
+}
+
+pack_part() {  # pack_part <a|b> <binary>...: one xz stream with a dictionary larger than the binaries together
+    local part=$1; shift
+    local t=$KIT/pack-$part b key
+    rm -rf "$t"; mkdir -p "$t" "$KIT/$part"
+    for b in "$@"; do cp "$(where "$b")/$b" "$t/"; done
+    key=$(cd "$t" && sha256sum -- * | sha256sum | cut -c1-16)
+    if [[ $(cat "$KIT/$part/key" 2>/dev/null) != "$key" || ! -f $KIT/$part/bin.tar.xz ]]; then
+        # the Go binaries of a part share most of their packages (client-go, go-nvml, grpc): ~5 min on one core
+        log "xz part $part ($(du -sh "$t" | cut -f1))"
+        tar -C "$t" --owner=0 --group=0 --sort=name -cf - . | xz -T1 -9e --lzma2=preset=9e,dict=512MiB >"$KIT/$part/bin.tar.xz.tmp"
+        mv "$KIT/$part/bin.tar.xz.tmp" "$KIT/$part/bin.tar.xz"
+        echo "$key" >"$KIT/$part/key"
+    fi
+    rm -rf "$t"
+}
+
+pack() {
+    [[ -x $ROOT/.venv/bin/python ]] || die "no .venv here: run make venv first"
+    "$ROOT/tests/lab/cluster/build.sh" etcd kube
+    bash "$HERE/build.sh"   # the GPU node bundle (.gpu-bundle): its binaries, toolkit archive and versions
+    pack_part a "${PART_A[@]}" &
+    local pa=$!
+    pack_part b "${PART_B[@]}"
+    wait "$pa"
+    local c=$KIT/b
+    rm -rf "$c/wheels"; mkdir -p "$c/wheels"
+    cp "$ROOT"/.gpu-bundle/nvidia-container-toolkit_*.tar.xz "$ROOT/.gpu-bundle/SHA256SUMS" "$c/"
+    # ansible-core, the kubernetes client (kubernetes.core and the lane's checks) and NVML's bindings, as locked
+    "$ROOT/.venv/bin/python" "$ROOT/tests/lab/wheel_pins.py" ansible-core kubernetes nvidia-ml-py >"$c/wheels/pins.txt"
+    "$ROOT/.venv/bin/python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 --platform any -d "$c/wheels" -r "$c/wheels/pins.txt"
+    tar -C "$ROOT/.gpu-bundle" -cJf "$c/collections.tar.xz" collections
+    {
+        cat "$ROOT/.gpu-bundle/versions.txt"
+        echo "nfd=$(python3 "$ROOT/docs/render_data.py" --get components.nfd)"
+        echo "kubernetes=$(sed -n 's/^K8S_VERSION=\${K8S_VERSION:-\(.*\)}$/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
+        echo "etcd=$(sed -n 's/^ETCD_VERSION=\${ETCD_VERSION:-\([^}]*\)}.*/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
+    } >"$c/versions.txt"
+    local tree part size
+    tree=$(tree_bytes)
+    for part in a b; do
+        size=$(($(du -cb "$KIT/$part" | tail -1 | cut -f1) + tree))
+        log "call carrying .gpu-cluster/$part: $((size / 1048576)) MiB with the working tree ($((tree / 1048576)) MiB)"
+        ((size < LIMIT)) || die ".gpu-cluster/$part and the working tree exceed 64 MiB"
+    done
+}
+
+stage() {  # stage <a|b>: a part's binaries into .gpu-cluster/cache/bin
+    local part=$1 dest=$KIT/cache/bin
+    [[ -f $KIT/$part/bin.tar.xz ]] || die "$KIT/$part missing: carry .gpu-cluster/$part"
+    mkdir -p "$dest"
+    if [[ $(cat "$KIT/cache/$part.key" 2>/dev/null) == "$(cat "$KIT/$part/key")" ]]; then
+        log "part $part staged already"; return 0
+    fi
+    unxz "$KIT/$part/bin.tar.xz" | tar -C "$dest" -x
+    cp "$KIT/$part/key" "$KIT/cache/$part.key"
+    log "staged part $part in $dest: $(ls "$dest" | tr '\n' ' '); $(nproc) cores; $(nvidia-smi -L 2>/dev/null | head -1)"
+    log "curl: $(command -v curl || echo none); openssl: $(command -v openssl || echo none); python3: $(python3 -V 2>&1)"
+}
+
+run() {
+    local bin=$KIT/cache/bin out=${OUT:-$KIT/out} c=$KIT/b b
+    [[ -f $KIT/cache/a.key ]] || die "part a not staged on this machine (a new machine since the stage call: stage again)"
+    [[ -f $c/versions.txt ]] || die "$c missing: carry .gpu-cluster/b"
+    stage b
+    mkdir -p "$out" "$KIT/site" "$KIT/cluster/bin" "$KIT/collections"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$KIT/site" "$c"/wheels/*.whl
+    # the control plane's binaries where up.sh looks for them (GPUOPS_CACHE/cluster/bin): one binary, five names
+    for b in "${K8S_LINKS[@]}"; do ln -sfn "$bin/kube" "$bin/$b"; ln -sfn "$bin/kube" "$KIT/cluster/bin/$b"; done
+    ln -sfn "$bin/etcd" "$KIT/cluster/bin/etcd"
+    [[ -e $KIT/collections/ansible_collections/kubernetes/core ]] ||
+        unxz "$c/collections.tar.xz" | tar -C "$KIT" -x
+    mkdir -p "$KIT/collections/ansible_collections/gpuops"
+    ln -sfn "$ROOT" "$KIT/collections/ansible_collections/gpuops/nvidia"
+    export PYTHONPATH=$KIT/site PATH=$KIT/site/bin:$bin:$PATH GPUOPS_CACHE=$KIT PYTHON=python3 \
+        ANSIBLE_COLLECTIONS_PATH=$KIT/collections ANSIBLE_CONFIG=$ROOT/ansible.cfg \
+        ANSIBLE_LOCAL_TEMP=$KIT/tmp ANSIBLE_HOME=$KIT/ansible-home ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 \
+        CLUSTER_DIR=$KIT/cluster/run CLUSTER_KWOK=0 CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-26443} \
+        KN_DIR=$KIT/node KN_BIN=$bin KN_NODE=gpu-0 KN_KUBELET_ROOT=/var/lib/kubelet \
+        GPUC_KIT=$KIT GPUC_OUT=$out GPUC_ROOT=$ROOT
+    GPUC_DRIVER_BRANCH=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1 | cut -d. -f1)
+    export GPUC_DRIVER_BRANCH
+    if ! command -v curl >/dev/null; then  # up.sh asks the API server and etcd with curl
+        mkdir -p "$KIT/shim"; ln -sfn "$HERE/cluster/curl.py" "$KIT/shim/curl"; chmod 755 "$HERE/cluster/curl.py"
+        export PATH=$KIT/shim:$PATH; log "no curl here: tests/lab/gpu/cluster/curl.py in its place"
+    fi
+    command -v openssl >/dev/null || die "no openssl here (up.sh makes the cluster's certificates with it)"
+    export KN_KUBECONFIG=$CLUSTER_DIR/kubeconfig KN_API=127.0.0.1:$CLUSTER_PORT_BASE KN_CLIENT_CA=$CLUSTER_DIR/pki/ca.crt
+    stop_all() {
+        bash "$ROOT/tests/lab/kubenode/node.sh" stop >/dev/null 2>&1 || true
+        "$ROOT/tests/lab/cluster/down.sh" --purge >/dev/null 2>&1 || true
+    }
+    trap stop_all EXIT
+    stop_all
+    "$ROOT/tests/lab/cluster/up.sh" "$HERE/cluster/nodes.yml"
+    set +e
+    PYTHONUNBUFFERED=1 timeout "${GPUC_BUDGET:-500}" python3 "$HERE/cluster/lane.py" 2>&1 | tee "$out/lane.log"
+    local rc=${PIPESTATUS[0]}
+    set -e
+    tar -C "$KIT" -czf "$out/logs.tar.gz" cluster/run/logs node/logs 2>/dev/null || true
+    return "$rc"
+}
+
+case ${1:-} in
+    pack) pack ;;
+    stage) stage a ;;
+    run) run ;;
+    *) die "usage: $0 pack | stage | run" ;;
+esac

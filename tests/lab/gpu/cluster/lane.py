@@ -1,0 +1,413 @@
+#!/usr/bin/env python3
+"""The GPU cluster lane's steps and checks, run on the lent GPU machine by ``tests/lab/gpu/cluster.sh run`` once
+the control plane is up (its environment: KN_*, GPUC_*, CLUSTER_DIR, ANSIBLE_*).
+
+In order: the node joins (node.sh, kubelet on the GPU machine); site.yml with gpuops_k8s_api: true, twice (the
+second run must change nothing); from the API server: the component pods Running and Ready, the Node's
+allocatable nvidia.com/gpu from NVIDIA's device plugin DaemonSet, GFD's labels (its output file, NFD's
+record of the labels it set, the Node) against ours (gpu_facts); a Deployment asking for nvidia.com/gpu: 1
+placed by the scheduler runs the CUDA check; the guide's `kubectl run ... nvidia-smi` check; time-slicing
+switched live through the device plugin's config label (1 -> 4 -> 1) with four pods at once on the one GPU;
+the doctor on the healthy cluster, then on a device plugin pod that cannot start (named, with its fix, and
+repaired by site.yml); cluster uninstall and the toolkit's uninstall (the Node's labels and containerd's
+config as before); every daemon stopped; the GPU's settings unchanged.
+
+Each check is a row of $GPUC_OUT/checks.tsv (name, PASS/FAIL, detail); summary.json holds the commit, date,
+GPU, versions and checks.  Exit status 0 only when every check passed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import yaml
+from kubernetes import client, config
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from compare_labels import compare  # noqa: E402  (tests/lab/gpu: the host lane's comparison with GFD)
+
+ROOT = os.environ["GPUC_ROOT"]
+OUT = os.environ["GPUC_OUT"]
+KIT = os.environ["GPUC_KIT"]
+KCFG = os.environ["KN_KUBECONFIG"]
+KN_DIR = os.environ["KN_DIR"]
+KN_BIN = os.environ["KN_BIN"]
+NODE = os.environ.get("KN_NODE", "gpu-0")
+NS = "gpu-operator"
+INV = os.path.join(ROOT, "tests", "lab", "gpu", "cluster", "hosts.yml")
+VARS = os.path.join(ROOT, "tests", "lab", "gpu", "cluster", "vars.yml")
+NODE_SH = os.path.join(ROOT, "tests", "lab", "kubenode", "node.sh")
+POLICY = os.path.join(ROOT, "tests", "lab", "kubenode", "host-network-policy.yaml")
+GFD_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+# the image the guide's check names, made on the node from its own files (no registry there)
+CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.6.0-base-ubuntu22.04"
+APPS = ("nfd-master", "nfd-worker", "gpu-feature-discovery", "nvidia-device-plugin-daemonset")
+SETTINGS_Q = ("uuid,name,pci.bus_id,driver_version,mig.mode.current,mig.mode.pending,compute_mode,persistence_mode,"
+              "ecc.mode.current,power.limit,clocks.applications.graphics,clocks.applications.memory")
+T0 = time.time()
+CHECKS = []
+STATE = {}  # what finish() reports: the GPU as read before anything ran
+
+
+def say(msg):
+    print("[gpu-cluster %6.1fs] %s" % (time.time() - T0, msg), flush=True)
+
+
+def check(name, ok, detail=""):
+    CHECKS.append({"name": name, "ok": bool(ok), "detail": str(detail)[:2000]})
+    with open(os.path.join(OUT, "checks.tsv"), "a", encoding="utf-8") as f:
+        f.write("%s\t%s\t%s\n" % (name, "PASS" if ok else "FAIL", str(detail).replace("\n", " ")[:2000]))
+    say("CHECK %s %s -- %s" % ("PASS" if ok else "FAIL", name, str(detail)[:400]))
+    return bool(ok)
+
+
+def sh(args, timeout=120, log=None, env=None, check_rc=False):
+    t = time.time()
+    try:
+        r = subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+        rc, out, err = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = 124, (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), "timed out"
+    if log:
+        with open(os.path.join(OUT, log), "w", encoding="utf-8") as f:
+            f.write("$ %s\n%s\n%s\n[rc=%d, %.1f s]\n" % (" ".join(args), out, err, rc, time.time() - t))
+    if check_rc and rc:
+        raise RuntimeError("%s failed (rc=%d): %s %s" % (args[0], rc, out[-2000:], err[-2000:]))
+    return rc, out, err
+
+
+def recap(out, key):
+    return sum(int(m) for m in re.findall(r"\s%s=(\d+)" % key, out.split("PLAY RECAP")[-1])) if "PLAY RECAP" in out else -1
+
+
+def playbook(name, book, *extra, timeout=300):
+    t = time.time()
+    rc, out, err = sh(["ansible-playbook", "-i", INV, os.path.join(ROOT, "playbooks", book), "-e", "@" + VARS, *extra],
+                      timeout=timeout, log=name + ".log")
+    with open(os.path.join(OUT, "playbook-times.tsv"), "a", encoding="utf-8") as f:
+        f.write("%s\t%d\t%.1f s\n" % (name, rc, time.time() - t))
+    return rc, out, recap(out, "changed")
+
+
+def node_sh(*args):
+    return sh(["bash", NODE_SH, *args], timeout=240, log="node-sh-%s.log" % args[0])
+
+
+def kubectl(*args, timeout=60):
+    return sh(["kubectl", "--kubeconfig", KCFG, *args], timeout=timeout)
+
+
+def wait(what, fn, timeout, every=1.0):
+    """Poll ``fn`` (returns a truthy result when done) for up to ``timeout`` s; the last result either way."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            r = fn()
+        except client.ApiException as e:
+            r = None
+            say("%s: API %s" % (what, e.status))
+        if r or time.time() > deadline:
+            return r
+        time.sleep(every)
+
+
+config.load_kube_config(KCFG)
+core = client.CoreV1Api()
+apps = client.AppsV1Api()
+custom = client.CustomObjectsApi()
+
+
+def node():
+    return core.read_node(NODE)
+
+
+def allocatable_gpu():
+    return (node().status.allocatable or {}).get("nvidia.com/gpu", "0")
+
+
+def component_pods():
+    out = {}
+    for p in core.list_namespaced_pod(NS, field_selector="spec.nodeName=" + NODE).items:
+        if p.metadata.deletion_timestamp is None:
+            out[(p.metadata.labels or {}).get("app")] = p
+    return out
+
+
+def ready(p):
+    return p.status.phase == "Running" and all(s.ready for s in p.status.container_statuses or [])
+
+
+def restarts(p):
+    return sum(s.restart_count for s in (p.status.init_container_statuses or []) + (p.status.container_statuses or []))
+
+
+def pods_ready(want=APPS):
+    now = component_pods()
+    return now if all(a in now and ready(now[a]) for a in want) else None
+
+
+def pod_phase(name, ns="default"):
+    try:
+        return core.read_namespaced_pod(name, ns).status.phase
+    except client.ApiException:
+        return None
+
+
+def gpu_settings():
+    return sh(["nvidia-smi", "--query-gpu=" + SETTINGS_Q, "--format=csv,noheader"])[1].strip()
+
+
+def our_labels(extra=()):
+    """gpu_facts' labels for this node, through Ansible (what the cluster stage applies)."""
+    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
+    rc, out, err = sh(["ansible", "-i", INV, NODE, "-m", "gpuops.nvidia.gpu_facts", *extra], timeout=120, env=env,
+                      log="gpu-facts-%d.log" % len(extra))
+    data = json.loads(out[out.index("{"):])
+    res = data["plays"][0]["tasks"][0]["hosts"][NODE]
+    return res["ansible_facts"]["gpu"]
+
+
+def gfd_file_labels():
+    labels = {}
+    with open(GFD_FILE, encoding="utf-8") as f:
+        for line in f:
+            k, sep, v = line.strip().partition("=")
+            if sep:
+                labels[k] = v
+    return labels
+
+
+def label_diff(want, have, keys):
+    return {k: (want.get(k), have.get(k)) for k in sorted(keys) if want.get(k) != have.get(k)}
+
+
+def gfd_vs_ours(name, gfd, ours, what):
+    """GFD's nvidia.com/* labels against ours (compare_labels: the timestamp aside; gpu.present is the operator's)."""
+    r = compare(gfd, ours, ignore=("nvidia.com/gpu.present",))
+    json.dump(r, open(os.path.join(OUT, name + ".json"), "w"), indent=1)
+    return check(name, r["counts"]["gfd"] > 0 and r["match"], "%s: %s; only GFD %s, only ours %s, different %s"
+                 % (what, r["counts"], r["only_gfd"], r["only_ours"], r["different"]))
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    open(os.path.join(OUT, "checks.tsv"), "w").close()
+    settings_before = STATE["settings"] = gpu_settings()
+    uuid = STATE["uuid"] = settings_before.split(",")[0].strip()
+    model = STATE["model"] = settings_before.split(",")[1].strip()
+    say("GPU %s (%s)" % (uuid, settings_before))
+    sh(["sh", "-c", "uname -a; cat /etc/os-release; nproc; free -g; nvidia-smi; cat %s/b/versions.txt" % KIT],
+       log="node-info.txt")
+
+    # ---- the node joins the cluster --------------------------------------------------------------------------
+    with open(POLICY, encoding="utf-8") as f:
+        for doc in yaml.safe_load_all(f):
+            plural = {"MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+                      "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings"}[doc["kind"]]
+            custom.create_cluster_custom_object("admissionregistration.k8s.io", "v1", plural, doc)
+    with open(VARS, encoding="utf-8") as f:
+        lane_vars = yaml.safe_load(f)
+    dp_version = lane_vars["device_plugin_image"]["version"]
+    nfd_version = sh(["python3", os.path.join(ROOT, "docs", "render_data.py"), "--get", "components.nfd"])[1].strip()
+    os.environ["KN_IMAGES"] = "device_plugin=%s nfd=%s" % (dp_version, nfd_version)
+    os.environ["KN_REGISTRY"] = lane_vars["gpuops_registry"]
+    rc, _, err = node_sh("images")
+    libs = [p for p in ("/usr/local/nvidia/lib64/libcuda.so.1", "/usr/local/nvidia/lib64/libnvidia-ml.so.1",
+                        "/usr/local/nvidia/bin/nvidia-smi", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/bin/nvidia-smi")
+            if os.path.exists(p)]
+    rc2, _, _ = sh(["python3", os.path.join(ROOT, "tests", "lab", "gpu", "node", "mkimage.py"), "--name", CUDA_IMAGE,
+                    "--pause", os.path.join(KN_BIN, "pause"), "--busybox", os.path.join(KN_BIN, "busybox"),
+                    "--cuda-check", os.path.join(ROOT, "plugins", "module_utils", "_cuda.py"),
+                    "--out", os.path.join(KN_DIR, "images", "cuda.tar"), "--libs-for", *libs], log="mkimage-cuda.log")
+    check("images-made", rc == 0 and rc2 == 0, "component images (device plugin/GFD %s, NFD %s) and %s (rc %d/%d) %s"
+          % (dp_version, nfd_version, CUDA_IMAGE, rc, rc2, err[-300:]))
+    rc, _, err = node_sh("start")
+    n = node()
+    check("node-joins-ready", rc == 0 and any(c.type == "Ready" and c.status == "True" for c in n.status.conditions),
+          "kubelet %s, containerd %s on the GPU machine; %s" % (n.status.node_info.kubelet_version,
+                                                              n.status.node_info.container_runtime_version, err[-300:]))
+    labels_before = dict(node().metadata.labels or {})
+    cfg = os.path.join(KN_DIR, "containerd", "config.toml")
+    with open(cfg, "rb") as f:
+        containerd_before = f.read()
+
+    # ---- site.yml, twice --------------------------------------------------------------------------------------
+    rc, out, changed = playbook("site-1", "site.yml")
+    check("site-first-run", rc == 0, "rc=%d changed=%d" % (rc, changed))
+    if rc:
+        return finish()
+    got = wait("component pods", pods_ready, 150)
+    pods = component_pods()
+    check("component-pods-running", got and all(restarts(p) == 0 for p in got.values()),
+          {a: (pods[a].status.phase, ready(pods[a]), restarts(pods[a])) if a in pods else "no pod" for a in APPS})
+    alloc = wait("allocatable", lambda: allocatable_gpu() == "1", 90)
+    n = node()
+    check("allocatable-gpu-1", alloc, "Node capacity %s allocatable %s (NVIDIA's device plugin %s, DaemonSet)"
+          % ((n.status.capacity or {}).get("nvidia.com/gpu"), (n.status.allocatable or {}).get("nvidia.com/gpu"),
+             dp_version))
+    rc, out, changed = playbook("site-2", "site.yml")
+    check("site-second-run-changed-0", rc == 0 and changed == 0, "rc=%d changed=%d" % (rc, changed))
+
+    # ---- labels: GFD's (its file, NFD's record, the Node) against ours ---------------------------------------------
+    facts = our_labels()
+    ours = facts["labels"]
+    wait("GFD output", lambda: os.path.exists(GFD_FILE), 60)
+    gfd = gfd_file_labels() if os.path.exists(GFD_FILE) else {}
+    n = node()
+    node_labels = dict(n.metadata.labels or {})
+    nfd_set = set((n.metadata.annotations or {}).get("nfd.node.kubernetes.io/feature-labels", "").split(","))
+    gfd_keys = {k for k in gfd if k.startswith("nvidia.com/")}
+    nfd_names = {k if "/" in k else "feature.node.kubernetes.io/" + k for k in nfd_set if k}
+    json.dump({"gfd": gfd, "ours": ours, "node": node_labels, "nfd_set": sorted(nfd_names)},
+              open(os.path.join(OUT, "labels.json"), "w"), indent=1, sort_keys=True)
+    gfd_vs_ours("gfd-labels-equal-ours", gfd, ours, "GFD's DaemonSet (its output file) against gpu_facts")
+    d_node = label_diff(gfd, node_labels, gfd_keys)
+    check("gfd-labels-on-node", gfd_keys and not d_node and gfd_keys <= nfd_names,
+          "the Node carries every GFD label, set through NFD (%d of %d in NFD's record); differences: %s"
+          % (len(gfd_keys & nfd_names), len(gfd_keys), d_node))
+    nfd_ours = {k: v for k, v in ours.items() if k.startswith("feature.node.kubernetes.io/")}
+    d_nfd = label_diff(nfd_ours, node_labels, nfd_ours)
+    check("nfd-labels-equal-ours", nfd_ours and not d_nfd, "%d feature.node.kubernetes.io labels of ours on the Node as "
+          "NFD's worker set them; differences (ours, node): %s" % (len(nfd_ours), d_nfd))
+
+    # ---- a Deployment the scheduler places, and the guide's check --------------------------------------------------
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "cuda-check", "namespace": "default"},
+           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "cuda-check"}},
+                    "template": {"metadata": {"labels": {"app": "cuda-check"}},
+                                 "spec": {"containers": [{"name": "cuda", "image": CUDA_IMAGE, "command": [
+                                     "sh", "-c", "nvidia-smi -L; python3 /check/_cuda.py && echo CUDA-CHECK-OK; sleep 3600"],
+                                     "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+    apps.create_namespaced_deployment("default", dep)
+
+    def dep_log():
+        ps = core.list_namespaced_pod("default", label_selector="app=cuda-check").items
+        if not ps or ps[0].status.phase != "Running":
+            return None
+        log = core.read_namespaced_pod_log(ps[0].metadata.name, "default")
+        return (ps[0], log) if "CUDA-CHECK-OK" in log or "mismatch" in log else None
+    got = wait("cuda-check", dep_log, 120, 2)
+    if got:
+        p, log = got
+        open(os.path.join(OUT, "pod-cuda-check.log"), "w").write(log)
+        check("deployment-cuda-check", "CUDA-CHECK-OK" in log and uuid in log and p.spec.node_name == NODE,
+              "pod %s placed on %s by %s; %s" % (p.metadata.name, p.spec.node_name, p.spec.scheduler_name,
+                                                  " | ".join(log.strip().splitlines()[-4:])))
+    else:
+        check("deployment-cuda-check", False, "no Running pod with the check's output in 120 s: %s"
+              % [(p.metadata.name, p.status.phase, p.status.conditions and [c.message for c in p.status.conditions])
+                 for p in core.list_namespaced_pod("default", label_selector="app=cuda-check").items])
+    apps.delete_namespaced_deployment("cuda-check", "default")
+    wait("cuda-check gone", lambda: not core.list_namespaced_pod("default", label_selector="app=cuda-check").items, 60)
+
+    overrides = json.dumps({"spec": {"restartPolicy": "Never", "containers": [{
+        "name": "nvidia-smi", "image": CUDA_IMAGE, "command": ["nvidia-smi"],
+        "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    rc, out, err = kubectl("run", "nvidia-smi", "--restart=Never", "--image=" + CUDA_IMAGE, "--overrides=" + overrides)
+    wait("nvidia-smi pod", lambda: pod_phase("nvidia-smi") in ("Succeeded", "Failed"), 90)
+    rc2, logs, err2 = kubectl("logs", "nvidia-smi")
+    open(os.path.join(OUT, "guide-nvidia-smi.log"), "w").write(out + err + logs + err2)
+    check("guide-kubectl-run-nvidia-smi", rc == 0 and rc2 == 0 and pod_phase("nvidia-smi") == "Succeeded" and model in logs,
+          "kubectl run nvidia-smi (the guide's section 3.3 command) && kubectl logs: %s"
+          % " | ".join(l.strip() for l in logs.splitlines() if "NVIDIA" in l or "MiB" in l)[:600])
+    kubectl("delete", "pod", "nvidia-smi", "--wait=false")
+
+    # ---- time-slicing switched live through the device plugin's config label ---------------------------------------
+    kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=timeslice4", "--overwrite")
+    a4 = wait("allocatable 4", lambda: allocatable_gpu() == "4", 120, 2)
+    check("timeslice-allocatable-4", a4, "label nvidia.com/device-plugin.config=timeslice4: allocatable %s"
+          % allocatable_gpu())
+    ts_ours = our_labels(["-a", json.dumps({"gfd_config": lane_vars["gpuops_device_plugin_configs"]["timeslice4"]})])
+    wait("GFD sharing labels", lambda: gfd_file_labels().get("nvidia.com/gpu.replicas") == "4", 90, 2)
+    gfd_vs_ours("timeslice-gfd-labels-equal-ours", gfd_file_labels(), ts_ours["labels"],
+                "GFD relabelled live by its config-manager (time-slicing, replicas 4) against gpu_facts with that config")
+    for i in range(4):
+        core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ts-%d" % i},
+                                               "spec": {"restartPolicy": "Never", "containers": [{
+                                                   "name": "cuda", "image": CUDA_IMAGE, "command": [
+                                                       "sh", "-c", "date +START%s.%N; python3 /check/_cuda.py; "
+                                                       "sleep 15; date +END%s.%N"],
+                                                   "resources": {"limits": {"nvidia.com/gpu": 1}}}]}})
+    wait("ts pods", lambda: all(pod_phase("ts-%d" % i) in ("Succeeded", "Failed") for i in range(4)), 120, 2)
+    spans = {}
+    for i in range(4):
+        log = core.read_namespaced_pod_log("ts-%d" % i, "default") if pod_phase("ts-%d" % i) else ""
+        s = re.search(r"START(\d+\.\d+)", log)
+        e = re.search(r"END(\d+\.\d+)", log)
+        spans["ts-%d" % i] = {"phase": pod_phase("ts-%d" % i), "start": s and float(s.group(1)),
+                              "end": e and float(e.group(1)), "zero_mismatches": " 0 mismatches" in log}
+    together = all(v["start"] and v["end"] and v["zero_mismatches"] and v["phase"] == "Succeeded" for v in spans.values()) \
+        and max(v["start"] for v in spans.values()) < min(v["end"] for v in spans.values())
+    check("timeslice-four-pods-at-once", together, spans)
+    for i in range(4):
+        core.delete_namespaced_pod("ts-%d" % i, "default")
+    kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=default", "--overwrite")
+    a1 = wait("allocatable 1", lambda: allocatable_gpu() == "1", 120, 2)
+    check("timeslice-back-to-1", a1, "label back to default: allocatable %s" % allocatable_gpu())
+    kubectl("label", "node", NODE, "nvidia.com/device-plugin.config-")
+
+    # ---- the doctor on the live cluster ---------------------------------------------------------------------------
+    rc, out, _ = playbook("doctor-ok", "doctor.yml")
+    check("doctor-healthy", rc == 0 and "no problems found" in out, "rc=%d" % rc)
+    ds = "nvidia-device-plugin-daemonset"
+    apps.patch_namespaced_daemon_set(ds, NS, {"spec": {"template": {"spec": {"containers": [
+        {"name": "nvidia-device-plugin", "image": "gpuops.lab/nvidia/k8s-device-plugin:v0.0.0-not-mirrored"}]}}}})
+    wait("DP pod failing", lambda: any((s.state.waiting and s.state.waiting.reason in ("ErrImagePull", "ImagePullBackOff"))
+                                       for p in [component_pods().get(ds)] if p
+                                       for s in (p.status.container_statuses or [])), 90, 2)
+    rc, out, _ = playbook("doctor-dp-image", "doctor.yml")
+    named = "component-pod-image" in out and "device plugin" in out.lower()
+    check("doctor-names-dp-not-running", named and "fix" in out.lower(),
+          " | ".join(l.strip() for l in out.splitlines() if "component-pod" in l or "fix:" in l)[:800])
+    rc, out, changed = playbook("site-repair", "site.yml")
+    got = wait("DP pod back", lambda: pods_ready((ds,)), 120, 2)
+    check("site-repairs-dp", rc == 0 and got and allocatable_gpu() == "1",
+          "site.yml put the DaemonSet back (rc=%d changed=%d); pod Ready, allocatable %s" % (rc, changed, allocatable_gpu()))
+
+    # ---- uninstall ------------------------------------------------------------------------------------------------
+    rc, out, _ = playbook("cluster-absent", "cluster.yml", "-e", "gpuops_cluster_state=absent")
+    wait("pods gone", lambda: not component_pods(), 120, 2)
+    left = {k: v for k, v in (node().metadata.labels or {}).items() if labels_before.get(k) != v}
+    gone = sorted(k for k in labels_before if k not in (node().metadata.labels or {}))
+    json.dump({"before": labels_before, "after": node().metadata.labels}, open(os.path.join(OUT, "node-labels-uninstall.json"), "w"),
+              indent=1, sort_keys=True)
+    check("cluster-uninstall-labels-as-before", rc == 0 and not component_pods() and not left and not gone,
+          "rc=%d; pods left %s; labels added/changed %s; removed %s" % (rc, sorted(component_pods()), left, gone))
+    rc, out, _ = playbook("toolkit-absent", "container_toolkit.yml", "-e", "container_toolkit_state=absent")
+    with open(cfg, "rb") as f:
+        after = f.read()
+    check("toolkit-uninstall-config-as-before", rc == 0 and containerd_before == after,
+          "rc=%d; containerd config byte-identical to before site.yml: %s" % (rc, containerd_before == after))
+    return finish()
+
+
+def finish():
+    node_sh("stop")
+    sh(["bash", os.path.join(ROOT, "tests", "lab", "cluster", "down.sh"), "--purge"], log="down.log")
+    time.sleep(1)
+    rc, left, _ = sh(["sh", "-c", "pgrep -af 'containerd|kubelet|kube-apiserver|etcd|nvidia-device-plugin|"
+                                  "gpu-feature-discovery|nfd-|config-manager|/pause|svcproxy' | grep -v pgrep"])
+    check("no-daemon-left", not left.strip(), left.strip() or "none running")
+    after = gpu_settings()
+    check("gpu-settings-unchanged", after == STATE.get("settings"), after)
+    failed = [c["name"] for c in CHECKS if not c["ok"]]
+    versions = dict(l.split("=", 1) for l in open(os.path.join(KIT, "b", "versions.txt")).read().split() if "=" in l)
+    summary = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": os.environ.get("GPUC_COMMIT", ""),
+               "gpu_uuid": STATE.get("uuid"), "gpu": STATE.get("model"), "gpu_settings": STATE.get("settings"), "versions": versions, "wall_s": round(time.time() - T0, 1),
+               "checks": CHECKS, "failed": failed}
+    json.dump(summary, open(os.path.join(OUT, "summary.json"), "w"), indent=1)
+    say("%d checks, %d failed: %s" % (len(CHECKS), len(failed), failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as e:  # a step that broke: recorded, then the same teardown and summary
+        import traceback
+        traceback.print_exc()
+        check("lane-error", False, "%s: %s" % (type(e).__name__, e))
+        sys.exit(finish() or 1)
