@@ -18,7 +18,8 @@
 # Part a already staged on the warm machine is not staged again (its key is compared), so a failed run call
 # is repeated alone.  Every daemon the run starts is stopped when it ends (a trap), and the GPU's settings
 # are read before and after and compared: the lane never changes them.
-# Env: GPUC_KIT (default <repo>/.gpu-cluster), OUT (run: results; default .gpu-cluster/out), GPUC_BUDGET
+# Env: GPUC_KIT (default <repo>/.gpu-cluster), OUT (run: checks.tsv, summary.json and results.tar.gz; default
+# .gpu-cluster/out), GPUC_COMMIT (run: the collection commit the results name), GPUC_BUDGET
 # (run: seconds lane.py may take, default 500).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -122,7 +123,7 @@ run() {
         ANSIBLE_LOCAL_TEMP=$KIT/tmp ANSIBLE_HOME=$KIT/ansible-home ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 \
         CLUSTER_DIR=$KIT/cluster/run CLUSTER_KWOK=0 CLUSTER_PORT_BASE=${CLUSTER_PORT_BASE:-26443} \
         KN_DIR=$KIT/node KN_BIN=$bin KN_NODE=gpu-0 KN_KUBELET_ROOT=/var/lib/kubelet \
-        GPUC_KIT=$KIT GPUC_OUT=$out GPUC_ROOT=$ROOT
+        GPUC_KIT=$KIT GPUC_ROOT=$ROOT
     GPUC_DRIVER_BRANCH=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1 | cut -d. -f1)
     export GPUC_DRIVER_BRANCH
     if ! command -v curl >/dev/null; then  # up.sh asks the API server and etcd with curl
@@ -138,11 +139,17 @@ run() {
     trap stop_all EXIT
     stop_all
     "$ROOT/tests/lab/cluster/up.sh" "$HERE/cluster/nodes.yml"
+    # lane.py writes under .gpu-cluster/results; $OUT gets the checks, the summary and one archive of the rest
+    # (the device tool brings back 8 files at most)
+    rm -rf "$KIT/results"; mkdir -p "$KIT/results"
+    export GPUC_RESULTS=$KIT/results
     set +e
-    PYTHONUNBUFFERED=1 timeout "${GPUC_BUDGET:-500}" python3 "$HERE/cluster/lane.py" 2>&1 | tee "$out/lane.log"
+    PYTHONUNBUFFERED=1 timeout "${GPUC_BUDGET:-500}" python3 "$HERE/cluster/lane.py" 2>&1 | tee "$KIT/results/lane.log"
     local rc=${PIPESTATUS[0]}
     set -e
-    tar -C "$KIT" -czf "$out/logs.tar.gz" cluster/run/logs node/logs 2>/dev/null || true
+    stop_all
+    cp "$KIT/results/checks.tsv" "$KIT/results/summary.json" "$out/" 2>/dev/null || true
+    tar -C "$KIT" -czf "$out/results.tar.gz" results cluster/run/logs node/logs node/pod-logs 2>/dev/null || true
     return "$rc"
 }
 

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from compare_labels import compare  # noqa: E402  (tests/lab/gpu: the host lane's comparison with GFD)
 
 ROOT = os.environ["GPUC_ROOT"]
-OUT = os.environ["GPUC_OUT"]
+OUT = os.environ["GPUC_RESULTS"]
 KIT = os.environ["GPUC_KIT"]
 KCFG = os.environ["KN_KUBECONFIG"]
 KN_DIR = os.environ["KN_DIR"]
@@ -161,14 +161,28 @@ def gpu_settings():
     return sh(["nvidia-smi", "--query-gpu=" + SETTINGS_Q, "--format=csv,noheader"])[1].strip()
 
 
-def our_labels(extra=()):
-    """gpu_facts' labels for this node, through Ansible (what the cluster stage applies)."""
-    env = dict(os.environ, ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_STDOUT_CALLBACK="json")
-    rc, out, err = sh(["ansible", "-i", INV, NODE, "-m", "gpuops.nvidia.gpu_facts", *extra], timeout=120, env=env,
-                      log="gpu-facts-%d.log" % len(extra))
-    data = json.loads(out[out.index("{"):])
-    res = data["plays"][0]["tasks"][0]["hosts"][NODE]
-    return res["ansible_facts"]["gpu"]
+def our_labels(config=""):
+    """gpu_facts' labels for this node (what the cluster stage applies), under a device plugin config or none:
+    the host lane's playbook (tests/lab/h200/labels.yml) on this inventory."""
+    dest = os.path.join(OUT, "labels-ours%s.json" % ("-" + config if config else ""))
+    args = ["-e", "lane_host=" + NODE, "-e", "dest=" + dest] + (["-e", "lane_sharing_config=" + config] if config else [])
+    sh(["ansible-playbook", "-i", INV, os.path.join(ROOT, "tests", "lab", "h200", "labels.yml"), "-e", "@" + VARS,
+        *args], timeout=120, log="labels-ours%s.log" % ("-" + config if config else ""), check_rc=True)
+    with open(dest, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def pod_logs(p):
+    """Every container's log of a pod as kubelet wrote it (the tail of each), for a check's detail."""
+    d = os.path.join(KN_DIR, "pod-logs", "%s_%s_%s" % (p.metadata.namespace, p.metadata.name, p.metadata.uid))
+    out = {}
+    for c in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        text = ""
+        for f in sorted(os.listdir(os.path.join(d, c))):
+            with open(os.path.join(d, c, f), encoding="utf-8", errors="replace") as fh:
+                text += fh.read()
+        out[c] = text[-1500:]
+    return out
 
 
 def gfd_file_labels():
@@ -240,10 +254,16 @@ def main():
     check("site-first-run", rc == 0, "rc=%d changed=%d" % (rc, changed))
     if rc:
         return finish()
-    got = wait("component pods", pods_ready, 150)
+    got = wait("component pods", lambda: pods_ready() and all(restarts(p) == 0 for p in component_pods().values()), 90)
     pods = component_pods()
-    check("component-pods-running", got and all(restarts(p) == 0 for p in got.values()),
-          {a: (pods[a].status.phase, ready(pods[a]), restarts(pods[a])) if a in pods else "no pod" for a in APPS})
+    healthy = check("component-pods-running", got and all(restarts(p) == 0 for p in pods.values()),
+                    {a: (pods[a].status.phase, ready(pods[a]), restarts(pods[a])) if a in pods else "no pod" for a in APPS})
+    logs = {a: pod_logs(p) for a, p in pods.items()}
+    json.dump(logs, open(os.path.join(OUT, "component-pod-logs.json"), "w"), indent=1)
+    if not healthy:  # what the containers said, then straight to the uninstall and the teardown
+        say("component containers' logs: %s" % json.dumps({a: {c: t[-600:] for c, t in v.items()} for a, v in logs.items()
+                                                            if a in ("gpu-feature-discovery", "nvidia-device-plugin-daemonset")}))
+        return uninstall(labels_before, containerd_before)
     alloc = wait("allocatable", lambda: allocatable_gpu() == "1", 90)
     n = node()
     check("allocatable-gpu-1", alloc, "Node capacity %s allocatable %s (NVIDIA's device plugin %s, DaemonSet)"
@@ -253,8 +273,7 @@ def main():
     check("site-second-run-changed-0", rc == 0 and changed == 0, "rc=%d changed=%d" % (rc, changed))
 
     # ---- labels: GFD's (its file, NFD's record, the Node) against ours ---------------------------------------------
-    facts = our_labels()
-    ours = facts["labels"]
+    ours = our_labels()
     wait("GFD output", lambda: os.path.exists(GFD_FILE), 60)
     gfd = gfd_file_labels() if os.path.exists(GFD_FILE) else {}
     n = node()
@@ -320,9 +339,9 @@ def main():
     a4 = wait("allocatable 4", lambda: allocatable_gpu() == "4", 120, 2)
     check("timeslice-allocatable-4", a4, "label nvidia.com/device-plugin.config=timeslice4: allocatable %s"
           % allocatable_gpu())
-    ts_ours = our_labels(["-a", json.dumps({"gfd_config": lane_vars["gpuops_device_plugin_configs"]["timeslice4"]})])
+    ts_ours = our_labels("timeslice4")
     wait("GFD sharing labels", lambda: gfd_file_labels().get("nvidia.com/gpu.replicas") == "4", 90, 2)
-    gfd_vs_ours("timeslice-gfd-labels-equal-ours", gfd_file_labels(), ts_ours["labels"],
+    gfd_vs_ours("timeslice-gfd-labels-equal-ours", gfd_file_labels(), ts_ours,
                 "GFD relabelled live by its config-manager (time-slicing, replicas 4) against gpu_facts with that config")
     for i in range(4):
         core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ts-%d" % i},
@@ -367,7 +386,11 @@ def main():
     check("site-repairs-dp", rc == 0 and got and allocatable_gpu() == "1",
           "site.yml put the DaemonSet back (rc=%d changed=%d); pod Ready, allocatable %s" % (rc, changed, allocatable_gpu()))
 
-    # ---- uninstall ------------------------------------------------------------------------------------------------
+    return uninstall(labels_before, containerd_before)
+
+
+def uninstall(labels_before, containerd_before):
+    cfg = os.path.join(KN_DIR, "containerd", "config.toml")
     rc, out, _ = playbook("cluster-absent", "cluster.yml", "-e", "gpuops_cluster_state=absent")
     wait("pods gone", lambda: not component_pods(), 120, 2)
     left = {k: v for k, v in (node().metadata.labels or {}).items() if labels_before.get(k) != v}
