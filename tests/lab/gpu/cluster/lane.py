@@ -227,6 +227,8 @@ def main():
         lane_vars = yaml.safe_load(f)
     dp_version = lane_vars["device_plugin_image"]["version"]
     nfd_version = sh(["python3", os.path.join(ROOT, "docs", "render_data.py"), "--get", "components.nfd"])[1].strip()
+    # the component images that ran, by role: what tests/unit/test_gpu_cluster_proof.py holds against the pins
+    STATE["components"] = {"device_plugin": dp_version, "gfd": lane_vars["gfd_image"]["version"], "nfd": nfd_version}
     os.environ["KN_IMAGES"] = "device_plugin=%s nfd=%s" % (dp_version, nfd_version)
     os.environ["KN_REGISTRY"] = lane_vars["gpuops_registry"]
     rc, _, err = node_sh("images")
@@ -306,7 +308,7 @@ def main():
         ps = core.list_namespaced_pod("default", label_selector="app=cuda-check").items
         if not ps or ps[0].status.phase != "Running":
             return None
-        log = core.read_namespaced_pod_log(ps[0].metadata.name, "default")
+        log = core.read_namespaced_pod_log(ps[0].metadata.name, "default")  # the API server asks the kubelet
         return (ps[0], log) if "CUDA-CHECK-OK" in log or "mismatch" in log else None
     got = wait("cuda-check", dep_log, 120, 2)
     if got:
@@ -419,7 +421,8 @@ def finish():
     failed = [c["name"] for c in CHECKS if not c["ok"]]
     versions = dict(l.split("=", 1) for l in open(os.path.join(KIT, "b", "versions.txt")).read().split() if "=" in l)
     summary = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": os.environ.get("GPUC_COMMIT", ""),
-               "gpu_uuid": STATE.get("uuid"), "gpu": STATE.get("model"), "gpu_settings": STATE.get("settings"), "versions": versions, "wall_s": round(time.time() - T0, 1),
+               "gpu_uuid": STATE.get("uuid"), "gpu": STATE.get("model"), "gpu_settings": STATE.get("settings"),
+               "components": STATE.get("components", {}), "versions": versions, "wall_s": round(time.time() - T0, 1),
                "checks": CHECKS, "failed": failed}
     json.dump(summary, open(os.path.join(OUT, "summary.json"), "w"), indent=1)
     say("%d checks, %d failed: %s" % (len(CHECKS), len(failed), failed))
