@@ -363,6 +363,9 @@ def test_uninstall_removes_pods_and_our_labels(inventory):
     n = core.read_node(NODE)
     for k in ("nvidia.com/gpu.deploy.device-plugin", "nvidia.com/gpu.deploy.gpu-feature-discovery"):
         assert k not in n.metadata.labels
+    # NFD's prune Job (nfd_prune_on_uninstall) ran on this node for real: nothing NFD set is left
+    assert not [k for k in n.metadata.labels if k.startswith(NFD)], n.metadata.labels
+    assert not [k for k in (n.metadata.annotations or {}) if k.startswith("nfd.node.kubernetes.io/")], n.metadata.annotations
 
 
 def test_stop_leaves_nothing_running():
