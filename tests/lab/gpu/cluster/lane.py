@@ -265,6 +265,7 @@ def main():
     if not healthy:  # what the containers said, then straight to the uninstall and the teardown
         say("component containers' logs: %s" % json.dumps({a: {c: t[-600:] for c, t in v.items()} for a, v in logs.items()
                                                             if a in ("gpu-feature-discovery", "nvidia-device-plugin-daemonset")}))
+        diagnose(lane_vars)
         return uninstall(labels_before, containerd_before)
     alloc = wait("allocatable", lambda: allocatable_gpu() == "1", 90)
     n = node()
@@ -389,6 +390,24 @@ def main():
           "site.yml put the DaemonSet back (rc=%d changed=%d); pod Ready, allocatable %s" % (rc, changed, allocatable_gpu()))
 
     return uninstall(labels_before, containerd_before)
+
+
+def diagnose(lane_vars):
+    """The component image run by hand through the node's nvidia runtime (ctr), as its pod would: what the
+    container sees of the driver, and GFD once, so that a crash loop's cause is in the results."""
+    cfg = open(os.path.join(KN_DIR, "containerd", "config.toml"), encoding="utf-8").read()
+    m = re.search(r'BinaryName\s*=\s*"([^"]*nvidia-container-runtime[^"]*)"', cfg)
+    image = "%s/nvidia/k8s-device-plugin:%s" % (lane_vars["gpuops_registry"], lane_vars["device_plugin_image"]["version"])
+    script = ("ls -la /dev/nvidia* ; ls /usr/local/nvidia/lib64 | head -30; env | sort; grep -i nvidia /proc/self/mountinfo | "
+              "head -20; gpu-feature-discovery --oneshot --output-file=/tmp/gfd 2>&1 | tail -30; cat /tmp/gfd; "
+              "timeout 10 nvidia-device-plugin 2>&1 | tail -30")
+    args = [os.path.join(KN_BIN, "ctr"), "--address", os.path.join(KN_DIR, "run", "containerd.sock"), "-n", "k8s.io",
+            "run", "--rm", "--privileged", "--env", "NVIDIA_VISIBLE_DEVICES=all",
+            "--env", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+    if m:
+        args += ["--runc-binary", m.group(1)]
+    rc, out, err = sh(args + [image, "gpuops-diag", "sh", "-c", script], timeout=60, log="diagnose-dp-image.log")
+    say("diagnosis (ctr run of %s through %s, rc=%d):\n%s\n%s" % (image, m and m.group(1), rc, out[-4000:], err[-1000:]))
 
 
 def uninstall(labels_before, containerd_before):
