@@ -335,7 +335,7 @@ def main():
     open(os.path.join(OUT, "guide-nvidia-smi.log"), "w").write(out + err + logs + err2)
     check("guide-kubectl-run-nvidia-smi", rc == 0 and rc2 == 0 and pod_phase("nvidia-smi") == "Succeeded" and model in logs,
           "kubectl run nvidia-smi (the guide's section 3.3 command) && kubectl logs: %s"
-          % " | ".join(l.strip() for l in logs.splitlines() if "NVIDIA" in l or "MiB" in l)[:600])
+          % " | ".join(line.strip() for line in logs.splitlines() if "NVIDIA" in line or "MiB" in line)[:600])
     kubectl("delete", "pod", "nvidia-smi", "--wait=false")
 
     # ---- time-slicing switched live through the device plugin's config label ---------------------------------------
@@ -384,7 +384,7 @@ def main():
     rc, out, _ = playbook("doctor-dp-image", "doctor.yml")
     named = "component-pod-image" in out and "device plugin" in out.lower()
     check("doctor-names-dp-not-running", named and "fix" in out.lower(),
-          " | ".join(l.strip() for l in out.splitlines() if "component-pod" in l or "fix:" in l)[:800])
+          " | ".join(line.strip() for line in out.splitlines() if "component-pod" in line or "fix:" in line)[:800])
     rc, out, changed = playbook("site-repair", "site.yml")
     got = wait("DP pod back", lambda: pods_ready((ds,)), 120, 2)
     check("site-repairs-dp", rc == 0 and got and allocatable_gpu() == "1",
@@ -439,7 +439,7 @@ def finish():
     after = gpu_settings()
     check("gpu-settings-unchanged", after == STATE.get("settings"), after)
     failed = [c["name"] for c in CHECKS if not c["ok"]]
-    versions = dict(l.split("=", 1) for l in open(os.path.join(KIT, "b", "versions.txt")).read().split() if "=" in l)
+    versions = dict(kv.split("=", 1) for kv in open(os.path.join(KIT, "b", "versions.txt")).read().split() if "=" in kv)
     summary = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": os.environ.get("GPUC_COMMIT", ""),
                "gpu_uuid": STATE.get("uuid"), "gpu": STATE.get("model"), "gpu_settings": STATE.get("settings"),
                "components": STATE.get("components", {}), "versions": versions, "wall_s": round(time.time() - T0, 1),
