@@ -19,7 +19,9 @@
 # is repeated alone.  Every daemon the run starts is stopped when it ends (a trap), and the GPU's settings
 # are read before and after and compared: the lane never changes them.
 # Env: GPUC_KIT (default <repo>/.gpu-cluster), OUT (run: checks.tsv, summary.json and results.tar.gz; default
-# .gpu-cluster/out), GPUC_COMMIT (run: the collection commit the results name), GPUC_BUDGET
+# .gpu-cluster/out), GPUC_COMMIT (run: the collection commit the results name), GPUC_POD_WAIT (run: seconds
+# the component pods get to run, default 90), GPUC_DIAGNOSE_ONLY=1 (run: a failing component is diagnosed and
+# the run ends there, for a loan too short for the rest), GPUC_BUDGET
 # (run: seconds lane.py may take, default 500).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)

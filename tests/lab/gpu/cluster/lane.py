@@ -256,7 +256,8 @@ def main():
     check("site-first-run", rc == 0, "rc=%d changed=%d" % (rc, changed))
     if rc:
         return finish()
-    got = wait("component pods", lambda: pods_ready() and all(restarts(p) == 0 for p in component_pods().values()), 90)
+    got = wait("component pods", lambda: pods_ready() and all(restarts(p) == 0 for p in component_pods().values()),
+               int(os.environ.get("GPUC_POD_WAIT", "90")))
     pods = component_pods()
     healthy = check("component-pods-running", got and all(restarts(p) == 0 for p in pods.values()),
                     {a: (pods[a].status.phase, ready(pods[a]), restarts(pods[a])) if a in pods else "no pod" for a in APPS})
@@ -266,6 +267,8 @@ def main():
         say("component containers' logs: %s" % json.dumps({a: {c: t[-600:] for c, t in v.items()} for a, v in logs.items()
                                                             if a in ("gpu-feature-discovery", "nvidia-device-plugin-daemonset")}))
         diagnose(lane_vars)
+        if os.environ.get("GPUC_DIAGNOSE_ONLY") == "1":  # a short loan: the diagnosis, then the teardown only
+            return finish()
         return uninstall(labels_before, containerd_before)
     alloc = wait("allocatable", lambda: allocatable_gpu() == "1", 90)
     n = node()
