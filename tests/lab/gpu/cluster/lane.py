@@ -411,6 +411,9 @@ def diagnose(lane_vars):
     if m:
         args += ["--runc-binary", m.group(1)]
     rc, out, err = sh(args + [image, "gpuops-diag", "sh", "-c", script], timeout=60, log="diagnose-dp-image.log")
+    # what the nvidia runtime worked from: its config, the CDI specs and containerd's runtime entries
+    sh(["sh", "-c", "cat /etc/nvidia-container-runtime/config.toml; ls -la /etc/cdi /var/run/cdi; cat /etc/cdi/*.yaml; "
+                    "cat %s" % os.path.join(KN_DIR, "containerd", "config.toml")], log="diagnose-runtime-config.log")
     say("diagnosis (ctr run of %s through %s, rc=%d):\n%s\n%s" % (image, m and m.group(1), rc, out[-4000:], err[-1000:]))
 
 
