@@ -20,20 +20,12 @@ ROOT=$(cd "$HERE/../.." && pwd)
 KIT=${DEVKIT:-$ROOT/.devkit}
 CACHE=${GPUOPS_CACHE:-$HOME/.cache/gpuops}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
-LIMIT=$((64 * 1024 * 1024))
 HALF_A=(kube-apiserver kube-controller-manager kubectl)
 HALF_B=(kube-scheduler kwok etcd)
 
 log() { printf '[devkit %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
-
-# xz -dc, or Python's lzma where the machine has no xz
-unxz() {
-    if command -v xz >/dev/null; then xz -dc "$1"
-    else "${PYTHON3:-python3}" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"; fi
-}
-
-tree_bytes() { (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- | tail -1 | cut -f1); }
+source "$ROOT/tests/lab/device-kit.sh"
 
 pack() {
     local py=${DEVKIT_PY:-3.12} bin=$CACHE/cluster/bin
@@ -46,12 +38,8 @@ pack() {
     for b in "${HALF_A[@]}"; do [[ $KIT/a/$b.xz -nt $bin/$b ]] || { log "xz $b"; xz -T0 -6 -c "$bin/$b" >"$KIT/a/$b.xz"; }; done
     for b in "${HALF_B[@]}"; do [[ $KIT/b/$b.xz -nt $bin/$b ]] || { log "xz $b"; xz -T0 -6 -c "$bin/$b" >"$KIT/b/$b.xz"; }; done
     log "wheels for Python $py"
-    # the wheels run.py and the playbook need: ansible-core and kubernetes with everything they require, at the
-    # versions of this checkout's .venv (requirements-dev.txt pins the two)
-    "$ROOT/.venv/bin/python" "$ROOT/tests/lab/wheel_pins.py" --python "$py" ansible-core kubernetes >"$KIT/b/wheels/pins.txt"
-    "$ROOT/.venv/bin/python" -m pip download -q --no-deps --only-binary=:all: --python-version "$py" \
-        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux2014_x86_64 --platform any -d "$KIT/b/wheels" -r "$KIT/b/wheels/pins.txt"
+    # the wheels run.py and the playbook need: ansible-core and kubernetes with everything they require
+    kit_wheels "$ROOT" "$KIT/b/wheels" "$py" ansible-core kubernetes
     # kubernetes.core (the roles' dependency) and ansible.posix (profile_tasks) as the venv's ansible package has them
     local ac
     ac=$("$ROOT/.venv/bin/python" -c 'import ansible_collections, os; print(os.path.dirname(list(ansible_collections.__path__)[0]))')
@@ -61,20 +49,14 @@ pack() {
     [[ -d $gomod/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage ]] || \
         (cd "$CACHE/cluster" && GOMODCACHE=$gomod GOTOOLCHAIN=local go mod download "sigs.k8s.io/kwok@$KWOK_VERSION")
     tar -C "$gomod" -cJf "$KIT/b/kwok-stage.tar.xz" "sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
-    local tree half size
-    tree=$(tree_bytes)
-    for half in a b; do
-        size=$(( $(du -cb "$KIT/$half" | tail -1 | cut -f1) + tree ))
-        log "call carrying .devkit/$half: $((size / 1048576)) MiB with the working tree ($((tree / 1048576)) MiB)"
-        ((size < LIMIT)) || die ".devkit/$half and the working tree exceed 64 MiB"
-    done
+    kit_check_parts "$ROOT" "$KIT" a b
 }
 
 stage() {
     local dest=$KIT/cache/cluster/bin b
     [[ -d $KIT/a ]] || die "$KIT/a missing: carry .devkit/a"
     mkdir -p "$dest"
-    for b in "${HALF_A[@]}"; do unxz "$KIT/a/$b.xz" >"$dest/$b"; chmod 755 "$dest/$b"; done
+    for b in "${HALF_A[@]}"; do kit_unxz "$KIT/a/$b.xz" >"$dest/$b"; chmod 755 "$dest/$b"; done
     log "staged ${HALF_A[*]} in $dest; $(nproc) cores"
     # what run needs besides the kit, said in this first call rather than after a second machine start
     for b in curl openssl; do command -v "$b" >/dev/null || log "ERROR: no $b here (up.sh needs it)"; done
@@ -89,9 +71,9 @@ run() {
     done
     [[ -d $KIT/b ]] || die "$KIT/b missing: carry .devkit/b"
     for b in curl openssl; do command -v "$b" >/dev/null || die "$b not found here (up.sh needs it)"; done
-    for b in "${HALF_B[@]}"; do unxz "$KIT/b/$b.xz" >"$dest/$b"; chmod 755 "$dest/$b"; done
+    for b in "${HALF_B[@]}"; do kit_unxz "$KIT/b/$b.xz" >"$dest/$b"; chmod 755 "$dest/$b"; done
     mkdir -p "$RUN_CACHE/go/mod" "$KIT/site" "$out"
-    unxz "$KIT/b/kwok-stage.tar.xz" | tar -C "$RUN_CACHE/go/mod" -x
+    kit_unxz "$KIT/b/kwok-stage.tar.xz" | tar -C "$RUN_CACHE/go/mod" -x
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$KIT/site" "$KIT"/b/wheels/*.whl
     # the checkout there has neither .venv nor .collections (both ignored): a .venv of the carried wheels and
     # the collections where run.py and floor.py look for them (this checkout as gpuops.nvidia)
@@ -99,7 +81,7 @@ run() {
         mkdir -p "$coll/ansible_collections/gpuops"
         ln -sfn "$ROOT" "$coll/ansible_collections/gpuops/nvidia"
     fi
-    [[ -e $coll/ansible_collections/kubernetes/core ]] || unxz "$KIT/b/collections.tar.xz" | tar -C "$coll" -x
+    [[ -e $coll/ansible_collections/kubernetes/core ]] || kit_unxz "$KIT/b/collections.tar.xz" | tar -C "$coll" -x
     [[ -e $ROOT/.venv/pyvenv.cfg ]] && die "$ROOT/.venv is a real virtualenv: run this in a checkout of its own"
     mkdir -p "$ROOT/.venv/bin"
     printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v "$py")" >"$ROOT/.venv/bin/python"

@@ -77,27 +77,24 @@ k8s_module() {
     echo "$K8S_VERSION" >"$d/.ok"
 }
 
-build_k8s() {  # build_k8s <cmd>
-    local cmd=$1 stage=${K8S_VERSION#v}
+k8s_go_build() {  # k8s_go_build <name> <package>: built in the kubernetes module, versioned as a release is
+    local name=$1 pkg=$2 stage=${K8S_VERSION#v}
     local major=${stage%%.*} rest=${stage#*.}; local minor=${rest%%.*}
     local ld="-s -w"
     for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor"
         ld+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
     done
-    (cd "$WORK/kubernetes" && "$GO" build -trimpath -ldflags "$ld" -o "$BIN/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd" && mv "$BIN/$cmd.tmp" "$BIN/$cmd")
+    (cd "$WORK/kubernetes" && "$GO" build -trimpath -ldflags "$ld" -o "$BIN/$name.tmp" "$pkg" && mv "$BIN/$name.tmp" "$BIN/$name")
+}
+
+build_k8s() {  # build_k8s <cmd>
+    k8s_go_build "$1" "k8s.io/kubernetes/cmd/$1"
 }
 
 build_kube() {  # the five Kubernetes commands as one binary (gomod/kube/main.go): what the GPU cluster lane carries
-    local stage=${K8S_VERSION#v}
-    local major=${stage%%.*} rest=${stage#*.}; local minor=${rest%%.*}
-    local ld="-s -w"
-    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-        ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor"
-        ld+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
-    done
     rm -rf "$WORK/kubernetes/kube" && mkdir -p "$WORK/kubernetes/kube" && cp "$HERE/gomod/kube/main.go" "$WORK/kubernetes/kube/"
-    (cd "$WORK/kubernetes" && "$GO" build -trimpath -ldflags "$ld" -o "$BIN/kube.tmp" ./kube && mv "$BIN/kube.tmp" "$BIN/kube")
+    k8s_go_build kube ./kube
 }
 
 build_etcd() {

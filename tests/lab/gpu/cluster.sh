@@ -28,19 +28,13 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
 KIT=${GPUC_KIT:-$ROOT/.gpu-cluster}
 CACHE=${GPUOPS_CACHE:-$HOME/.cache/gpuops}
-LIMIT=$((64 * 1024 * 1024))
 PART_A=(kube etcd containerd ctr containerd-shim-runc-v2)
 PART_B=(nvidia-device-plugin gpu-feature-discovery config-manager nfd-master nfd-worker runc busybox pause loopback)
 K8S_LINKS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 
 log() { printf '[gpu-cluster %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
-unxz() {  # xz -dc, or Python's lzma where the machine has no xz
-    if command -v xz >/dev/null; then xz -dc "$1"
-    else python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"; fi
-}
-tree_bytes() { (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- | tail -1 | cut -f1); }
-
+source "$ROOT/tests/lab/device-kit.sh"
 where() {  # where <binary>: the cache folder it is built into
     case $1 in kube | etcd) echo "$CACHE/cluster/bin" ;; *) echo "$CACHE/gpu/bin" ;; esac
 }
@@ -73,10 +67,7 @@ pack() {
     rm -rf "$c/wheels"; mkdir -p "$c/wheels"
     cp "$ROOT"/.gpu-bundle/nvidia-container-toolkit_*.tar.xz "$ROOT/.gpu-bundle/SHA256SUMS" "$c/"
     # ansible-core, the kubernetes client (kubernetes.core and the lane's checks) and NVML's bindings, as locked
-    "$ROOT/.venv/bin/python" "$ROOT/tests/lab/wheel_pins.py" ansible-core kubernetes nvidia-ml-py >"$c/wheels/pins.txt"
-    "$ROOT/.venv/bin/python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-        --platform manylinux2014_x86_64 --platform any -d "$c/wheels" -r "$c/wheels/pins.txt"
+    kit_wheels "$ROOT" "$c/wheels" 3.12 ansible-core kubernetes nvidia-ml-py
     tar -C "$ROOT/.gpu-bundle" -cJf "$c/collections.tar.xz" collections
     {
         cat "$ROOT/.gpu-bundle/versions.txt"
@@ -84,13 +75,7 @@ pack() {
         echo "kubernetes=$(sed -n 's/^K8S_VERSION=\${K8S_VERSION:-\(.*\)}$/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
         echo "etcd=$(sed -n 's/^ETCD_VERSION=\${ETCD_VERSION:-\([^}]*\)}.*/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
     } >"$c/versions.txt"
-    local tree part size
-    tree=$(tree_bytes)
-    for part in a b; do
-        size=$(($(du -cb "$KIT/$part" | tail -1 | cut -f1) + tree))
-        log "call carrying .gpu-cluster/$part: $((size / 1048576)) MiB with the working tree ($((tree / 1048576)) MiB)"
-        ((size < LIMIT)) || die ".gpu-cluster/$part and the working tree exceed 64 MiB"
-    done
+    kit_check_parts "$ROOT" "$KIT" a b
 }
 
 stage() {  # stage <a|b>: a part's binaries into .gpu-cluster/cache/bin
@@ -100,7 +85,7 @@ stage() {  # stage <a|b>: a part's binaries into .gpu-cluster/cache/bin
     if [[ $(cat "$KIT/cache/$part.key" 2>/dev/null) == "$(cat "$KIT/$part/key")" ]]; then
         log "part $part staged already"; return 0
     fi
-    unxz "$KIT/$part/bin.tar.xz" | tar -C "$dest" -x
+    kit_unxz "$KIT/$part/bin.tar.xz" | tar -C "$dest" -x
     cp "$KIT/$part/key" "$KIT/cache/$part.key"
     log "staged part $part in $dest: $(ls "$dest" | tr '\n' ' '); $(nproc) cores; $(nvidia-smi -L 2>/dev/null | head -1)"
     log "curl: $(command -v curl || echo none); openssl: $(command -v openssl || echo none); python3: $(python3 -V 2>&1)"
@@ -117,7 +102,7 @@ run() {
     for b in "${K8S_LINKS[@]}"; do ln -sfn "$bin/kube" "$bin/$b"; ln -sfn "$bin/kube" "$KIT/cluster/bin/$b"; done
     ln -sfn "$bin/etcd" "$KIT/cluster/bin/etcd"
     [[ -e $KIT/collections/ansible_collections/kubernetes/core ]] ||
-        unxz "$c/collections.tar.xz" | tar -C "$KIT" -x
+        kit_unxz "$c/collections.tar.xz" | tar -C "$KIT" -x
     mkdir -p "$KIT/collections/ansible_collections/gpuops"
     ln -sfn "$ROOT" "$KIT/collections/ansible_collections/gpuops/nvidia"
     export PYTHONPATH=$KIT/site PATH=$KIT/site/bin:$bin:$PATH GPUOPS_CACHE=$KIT PYTHON=python3 \
