@@ -202,14 +202,15 @@ diff "$OUT/pristine.packages" "$OUT/after-absent.packages" >"$OUT/absent-package
   || { cat "$OUT/absent-packages.diff" >&2; die "state=absent did not restore the package set (see $OUT/absent-packages.diff)"; }
 # /etc: what the role wrote is gone; dpkg keeps nothing of purged packages; alternatives/initramfs caches aside
 diff "$OUT/pristine.etc" "$OUT/after-absent.etc" >"$OUT/absent-etc.diff" || true
-if grep -vE '^[0-9,acd]+$|^---$' "$OUT/absent-etc.diff" | grep -q .; then
+# one grep, no pipe: under pipefail a `grep -v | grep -q .` whose first grep is SIGPIPEd reads as "no difference"
+if grep -qvE '^[0-9,acd]+$|^---$' "$OUT/absent-etc.diff"; then
   cat "$OUT/absent-etc.diff" >&2; die "state=absent left /etc different from before the install (see $OUT/absent-etc.diff)"
 fi
 # Debian never deletes the system account a package made (files may still be owned by it): the only
 # account left may be nvidia-persistenced's (nvpd), and nothing else
 comm -13 "$OUT/pristine.accounts" "$OUT/after-absent.accounts" >"$OUT/absent-accounts.diff"
 comm -23 "$OUT/pristine.accounts" "$OUT/after-absent.accounts" | sed 's/^/removed /' >>"$OUT/absent-accounts.diff"
-grep -vxE '(user|group) nvpd' "$OUT/absent-accounts.diff" | grep -q . \
+grep -qvxE '(user|group) nvpd' "$OUT/absent-accounts.diff" \
   && { cat "$OUT/absent-accounts.diff" >&2; die "state=absent left accounts other than nvidia-persistenced's (nvpd)"; }
 absent2_s=$(play 6-absent-again -e driver_lab_phase=absent)
 [ "$(recap 6-absent-again changed)" = 0 ] || die "second absent run changed something: see $OUT/6-absent-again.log"

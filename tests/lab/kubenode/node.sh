@@ -63,6 +63,8 @@ stop_bg() {
     rm -f "$f"
 }
 ipcmd() { if command -v ip >/dev/null; then ip "$@"; else "$KN_BIN/busybox" ip "$@"; fi; }
+# read whole, then match: `ip ... | grep -q` under pipefail fails when grep's early exit SIGPIPEs ip
+has_service_address() { local a; a=$(ipcmd addr show dev lo) && [[ $a == *" $KN_SERVICE_IP/"* ]]; }
 
 images() {
     local mk=$ROOT/tests/lab/gpu/node/mkimage.py spec role version
@@ -130,7 +132,7 @@ containerd_start() {
 }
 
 service_address() {  # the kubernetes Service's address on lo, forwarded to the API server
-    ipcmd addr show dev lo | grep -q " $KN_SERVICE_IP/" || ipcmd addr add "$KN_SERVICE_IP/32" dev lo
+    has_service_address || ipcmd addr add "$KN_SERVICE_IP/32" dev lo
     running svcproxy || start_bg svcproxy "$PYTHON" "$HERE/svcproxy.py" --listen "$KN_SERVICE_IP:443" --to "$KN_API"
 }
 
@@ -218,7 +220,7 @@ stop() {
     # shims outlive containerd; each one of this node carries its socket path in its command line
     pkill -KILL -f "containerd-shim-runc-v2.*$KN_DIR" 2>/dev/null || true
     stop_bg svcproxy
-    ipcmd addr show dev lo | grep -q " $KN_SERVICE_IP/" && ipcmd addr del "$KN_SERVICE_IP/32" dev lo
+    if has_service_address; then ipcmd addr del "$KN_SERVICE_IP/32" dev lo; fi
     # kubelet makes its root dir a bind mount of itself; pod volumes live below it
     grep -o " $KN_KUBELET_ROOT[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
     grep -o " $KN_DIR/containerd[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
