@@ -1082,6 +1082,9 @@ class Daemon(object):
         self.runtime = p["runtime"]
         self.socket = p.get("socket") or DEFAULT_SOCKET[self.runtime]
         self.timeout = p.get("restart_timeout") or 30
+        # after a restart on the new files, the runtime must be in the daemon's running configuration (CRI-O);
+        # a restart back on restored files only has to come up
+        self.expect_runtime = p.get("state", "present") == "present"
 
     def _run(self, argv, **kw):
         rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"}, **kw)
@@ -1177,6 +1180,45 @@ class Daemon(object):
                     rc, detail, err = self._run([ctr, "--address", self.socket, "plugins", "ls", "-d"])
                     bad = cri_plugin_failures(parse_ctr_plugins(table, detail))
                     return False, "containerd is running but its CRI plugin failed to load: " + "; ".join(bad)
+        if self.runtime == "crio" and self.expect_runtime:
+            return self._crio_serves_runtime()
+        return True, ""
+
+    def _crio_drop_in(self):
+        return self.p.get("config_path") or DEFAULT_CONFIG["crio"]
+
+    def _crio_serves_runtime(self):
+        """CRI-O starts and serves without a runtime whose runtime_path is missing (it logs "is being ignored"):
+        read the running daemon's configuration (``crio status --socket S config``) and require the runtime in it,
+        at our runtime_path, and as the default when set_as_default.  Without a ``crio`` binary the socket check
+        above is all there is."""
+        binary = self.p.get("binary_path") or self.module.get_bin_path("crio")
+        if not binary:
+            return True, ""
+        deadline = time.time() + self.timeout
+        while True:
+            rc, out, err = self._run([binary, "status", "--socket", self.socket, "config"])
+            if rc == 0:
+                break
+            if time.time() > deadline:
+                return False, "`crio status config` failed: %s" % (err or out).strip()[-500:]
+            time.sleep(0.3)
+        try:
+            running = Document(out).data
+        except TomlError as e:
+            return False, "cannot read `crio status config`: %s" % e
+        name = self.p["runtime_name"]
+        rt = _get(running, ("crio", "runtime", "runtimes", name))
+        if not isinstance(rt, dict):
+            return False, ("CRI-O is running without runtime %r: it ignores a runtime whose runtime_path (%s) does not "
+                           "exist or is not executable (its log says \"is being ignored\")" % (name, self.p["runtime_path"]))
+        if rt.get("runtime_path") != self.p["runtime_path"]:
+            return False, ("CRI-O runs runtime %r with runtime_path %s, not %s: a drop-in that sorts after %s sets it"
+                           % (name, rt.get("runtime_path"), self.p["runtime_path"], self._crio_drop_in()))
+        default = _get(running, ("crio", "runtime", "default_runtime"))
+        if self.p.get("set_as_default") and default != name:
+            return False, ("CRI-O's default_runtime is %r, not %r: a drop-in that sorts after %s sets it"
+                           % (default, name, self._crio_drop_in()))
         return True, ""
 
     def _journal(self):
@@ -1298,6 +1340,55 @@ def validate_containerd(module, binary, changes, p):
         if d is not None:
             shutil.rmtree(d, ignore_errors=True)
             # <state_dir>/tmp goes when it is empty: state_dir then holds records only (and is empty after absent)
+            try:
+                os.rmdir(os.path.dirname(d))
+            except OSError:
+                pass
+
+
+CRIO_MAIN_CONFIG = "/etc/crio/crio.conf"
+
+
+def validate_crio(module, binary, change, p):
+    """``crio --config <main> --config-dir <candidate dir> config``; returns CRI-O's merged view as data.
+
+    The candidate directory (private, as for containerd) holds a copy of every file of the drop-in's directory
+    with the new drop-in in its place, so CRI-O merges them in its own order; ``crio_config`` (default
+    /etc/crio/crio.conf, skipped when absent) is the main file.  CRI-O refuses what it would refuse at start (a
+    value of the wrong type, a default_runtime without its table); a runtime_path that does not exist it
+    only ignores at start, which the restart's check catches."""
+    import shutil
+    path, _before, after = change
+    real_dir = os.path.dirname(os.path.abspath(path))
+    d = None
+    try:
+        try:
+            d = _validate_dir(p)
+            cand = os.path.join(d, "crio.conf.d")
+            os.mkdir(cand, 0o700)
+            for n in sorted(os.listdir(real_dir)) if os.path.isdir(real_dir) else []:
+                src = os.path.join(real_dir, n)
+                if n != os.path.basename(path) and os.path.isfile(src):
+                    shutil.copyfile(src, os.path.join(cand, n))
+            fd = os.open(os.path.join(cand, os.path.basename(path)), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(after)
+        except OSError as e:
+            raise RuntimeConfigError("cannot write the candidate configuration to validate it: %s; nothing was "
+                                     "changed" % e)
+        main = p.get("crio_config") or CRIO_MAIN_CONFIG
+        argv = [binary, "--config", main if os.path.isfile(main) else "", "--config-dir", cand, "config"]
+        rc, out, err = module.run_command(argv, environ_update={"LC_ALL": "C"})
+        if rc != 0:
+            lines = [ln for ln in (err or out).strip().splitlines() if "level=fatal" in ln] or (err or out).strip().splitlines()[-1:]
+            raise RuntimeConfigError("CRI-O rejects the new configuration: %s" % "; ".join(lines)[-1500:])
+        try:
+            return Document(out).data
+        except TomlError as e:
+            raise RuntimeConfigError("cannot read `crio config` output: %s" % e)
+    finally:
+        if d is not None:
+            shutil.rmtree(d, ignore_errors=True)
             try:
                 os.rmdir(os.path.dirname(d))
             except OSError:

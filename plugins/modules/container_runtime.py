@@ -174,8 +174,18 @@ options:
     description: Daemon socket used for the health check after a restart.
     type: path
   binary_path:
-    description: Daemon binary used for validation (C(containerd), C(dockerd)); looked up on PATH by default.
+    description:
+      - Daemon binary used for validation (C(containerd), C(dockerd), C(crio)); looked up on PATH by default.
+      - "For CRI-O it also reads the restarted daemon's running configuration (C(crio status config)): CRI-O starts
+        and serves without a runtime whose O(runtime_path) is missing, so the restart fails (and the files are
+        restored) unless the runtime is in it, at O(runtime_path), and the default when O(set_as_default=true)."
     type: path
+  crio_config:
+    description:
+      - CRI-O's main configuration file, merged with the drop-in directory of O(config_path) when the candidate is
+        validated with C(crio --config <crio_config> --config-dir <candidate directory> config). Skipped when absent.
+    type: path
+    default: /etc/crio/crio.conf
   ctr_path:
     description: C(ctr) binary used to check that containerd's CRI plugin loaded; looked up on PATH by default.
     type: path
@@ -365,6 +375,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._container_runtime i
     read_bytes,
     restore_changes,
     validate_containerd,
+    validate_crio,
 )
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import file_locks, read_text
 
@@ -388,6 +399,7 @@ def argument_spec():
         pid_file=dict(type="path"),
         socket=dict(type="path"),
         binary_path=dict(type="path"),
+        crio_config=dict(type="path", default="/etc/crio/crio.conf"),
         ctr_path=dict(type="path"),
         validate=dict(type="bool", default=True),
         restart_timeout=dict(type="int", default=30),
@@ -448,10 +460,19 @@ def run_present(module, p, result):
                 result["validated"] = True
             elif p["runtime"] == "docker":
                 result["validated"] = _validate_docker(module, binary, changes[0])
+            else:
+                merged = validate_crio(module, binary, changes[0], p)
+                rt = _crio_runtime(merged, p)
+                if rt is None:
+                    where = os.path.dirname(result["config_path"])
+                    raise RuntimeConfigError("`crio config` does not show runtime %r after the change (does another "
+                                             "drop-in of %s remove it?)" % (p["runtime_name"], where))
+                result["effective_runtime"] = rt
+                result["validated"] = True
         except GpuopsError as e:
             result.update(changed=False, changed_files=[])      # refused: nothing was written
             fail(module, e, **result)
-    elif changes and p["validate"] and p["runtime"] != "crio":
+    elif changes and p["validate"]:
         module.warn("%s not found; the new configuration was not validated by the daemon" % DEFAULT_BINARY[p["runtime"]])
     if not os.path.exists(p["runtime_path"]):
         module.warn("runtime_path %s does not exist on this host yet" % p["runtime_path"])
@@ -513,10 +534,14 @@ def run_absent(module, p):
                 result["validated"] = True
             elif p["runtime"] == "docker" and files[0].after is not None:
                 result["validated"] = _validate_docker(module, binary, (files[0].path, None, files[0].after_text))
+            elif p["runtime"] == "crio":
+                # a removed drop-in validates as an empty one: the rest of the directory must still load
+                validate_crio(module, binary, (files[0].path, None, files[0].after_text or ""), p)
+                result["validated"] = True
         except GpuopsError as e:
             result.update(changed=False, changed_files=[])      # refused: nothing was written
             fail(module, e, **result)
-    elif files and p["validate"] and p["runtime"] != "crio" and any(c.after is not None for c in files):
+    elif files and p["validate"] and any(c.after is not None for c in files):
         module.warn("%s not found; the new configuration was not validated by the daemon" % DEFAULT_BINARY[p["runtime"]])
 
     if module._diff:
@@ -628,6 +653,7 @@ def _apply(module, p, result, files, store, undo_records=None):
         clear_marker()
         return result
     unrestored = undo()
+    daemon.expect_runtime = False       # back on the restored files: up is enough
     back, err2 = daemon.restart()
     if back and not unrestored:
         clear_marker()          # the daemon runs on the files as they are on disk again
@@ -652,6 +678,13 @@ def _with_unchanged(main, drop, changes):
             text = read_text(path)
             out.append((path, text, text or ""))
     return out
+
+
+def _crio_runtime(merged, p):
+    node = merged
+    for part in ("crio", "runtime", "runtimes", p["runtime_name"]):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
 
 
 def _validate_docker(module, binary, change):
