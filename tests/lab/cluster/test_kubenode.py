@@ -370,7 +370,8 @@ def test_uninstall_removes_pods_and_our_labels(inventory):
 
 def test_stop_leaves_nothing_running():
     node_sh("stop")
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=True).stdout
+    # -ww: without a terminal ps cuts each line at 80 columns, and a state dir late in a long line would hide
+    ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True, check=True).stdout
     # the daemons name their state dir; the pods' processes their binaries
     left = [line for line in ps.splitlines() if KN_DIR in line or "svcproxy.py" in line
             or re.match(r"(\S*/)?(nfd-master|nfd-worker|nvidia-device-plugin|gpu-feature-discovery|config-manager)\b", line)]

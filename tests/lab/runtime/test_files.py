@@ -3,8 +3,8 @@
 """Docker daemon.json, CRI-O drop-in and CDI spec through real Ansible runs.
 
 These cases are judged by parsing the files the module wrote; the same files are
-read back by real daemons in test_dockerd.py (dockerd) and test_crio.py (`crio config`,
-when CRI-O was built with `make runtime-crio`).
+read back by real daemons in test_dockerd.py (dockerd) and test_crio.py (a running CRI-O, built
+by `make runtime-crio`).
 """
 from __future__ import annotations
 
