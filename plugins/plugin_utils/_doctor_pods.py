@@ -7,7 +7,9 @@
 ``kubernetes.core.k8s_info`` lists (the Pods of the components' namespace, the Nodes) and returns
 ``{"findings": [...], "pods": [...]}`` for one node: what is wrong with the component pods placed on it
 (crash loop, image pull, container/sandbox configuration, not ready, restarts), which components the Node's
-``nvidia.com/gpu.deploy.*`` labels ask for but that have no pod there, and a summary of its component pods.
+``nvidia.com/gpu.deploy.*`` labels ask for but that have no pod there, whether its
+``nvidia.com/gpu.workload.config`` label says the workload kind the inventory gives it (``workload=``), and a
+summary of its component pods.
 
 Components are recognised by the pod label ``app`` that the cluster roles render (roles/*/templates/*.j2);
 the deploy label of each is the ``nodeSelector`` of its DaemonSet there.
@@ -54,6 +56,10 @@ COMPONENTS = {
     "nfd-worker": ("nfd", None, "NFD worker", "DaemonSet"),      # no deploy label: runs on every node
     "nfd-master": ("nfd", None, "NFD master", "Deployment"),     # reported only when it runs on this node
 }
+
+#: the node's one GPU workload kind, as the GPU Operator reads it (no label: its default, container)
+WORKLOAD_LABEL = "nvidia.com/gpu.workload.config"
+WORKLOADS = ("container", "vm-passthrough", "vm-vgpu")
 
 CRASH_REASONS = frozenset({"CrashLoopBackOff"})
 IMAGE_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "ErrImageNeverPull",
@@ -415,14 +421,42 @@ def _missing(app, node, ns):
                     component=app, node=node, deploy_label=label, namespace=ns)
 
 
+def _workload_label(node, labels, workload):
+    """The Node's workload label against the inventory's gpu_workload; None when they agree."""
+    raw = labels.get(WORKLOAD_LABEL)
+    have = text(raw, 63) if isinstance(raw, str) else None
+    if have == workload:
+        return None
+    label_cmd = "kubectl label node %s %s=%s --overwrite" % (_shell(node), WORKLOAD_LABEL, workload)
+    remediation = ("run playbooks/cluster.yml for this host (its node_labels step sets %s from gpu_workload), or "
+                   "by hand: %s" % (WORKLOAD_LABEL, label_cmd))
+    if have is None:
+        severity = "warning" if workload == "container" else "error"
+        summary = "node %s has no %s label; the inventory's gpu_workload is %s" % (node, WORKLOAD_LABEL, workload)
+        if workload != "container":
+            summary += (": the GPU Operator's components take an unlabelled node for container (their default), so "
+                        "the %s components do not run there and VMs on it see no GPU" % workload)
+    else:
+        severity = "error"
+        summary = "node %s is labelled %s=%s but the inventory's gpu_workload is %s" % (
+            node, WORKLOAD_LABEL, _shell(have) if have else "''", workload)
+        remediation += "; if the node is meant to run %s workloads, change its gpu_workload in the inventory instead" % (
+            _shell(have) if have else "''")
+    return _finding("node-workload-label", severity, summary, remediation,
+                    node=node, label=WORKLOAD_LABEL, have=have, want=workload)
+
+
 def _unknown(error):
     return _finding("component-pods-unknown", "info",
                     "could not list the GPU Operator component pods: %s" % (text(error) or "no answer"),
                     "check gpuops_kubeconfig and the API server, or set doctor_k8s_pods: false", error=text(error))
 
 
-def pod_findings(pods, nodes, node_name, namespace=None, pods_error=None):
+def pod_findings(pods, nodes, node_name, namespace=None, pods_error=None, workload=None):
     """-> {"findings": [...], "pods": [{name, component, phase, ready, restarts, reasons}]} for ``node_name``.
+
+    ``workload``: the inventory's gpu_workload for the node (container, vm-passthrough or vm-vgpu); when given and
+    the Node is in ``nodes``, a ``node-workload-label`` finding says when its workload label is missing or differs.
 
     ``pods_error``: the message of a Pod list that failed (the list is then not read): one
     ``component-pods-unknown`` info finding. ``namespace``: used in the commands the remediations suggest
@@ -432,6 +466,12 @@ def pod_findings(pods, nodes, node_name, namespace=None, pods_error=None):
                                    % type(node_name).__name__)
     if namespace is not None and not isinstance(namespace, str):
         raise DoctorPodsInputError("namespace must be a string, got %s" % type(namespace).__name__)
+    if workload in ("", None):
+        workload = None
+    elif workload not in WORKLOADS:
+        raise DoctorPodsInputError("workload must be one of %s (the inventory's gpu_workload), got %r"
+                                   % (", ".join(WORKLOADS), text(workload, 63) if isinstance(workload, str)
+                                      else type(workload).__name__))
     nodes = [] if nodes is None else _seq(nodes, "nodes_resources")
     if pods_error not in (None, "", False):
         return {"findings": [_unknown(pods_error if isinstance(pods_error, str) else str(pods_error))], "pods": []}
@@ -451,6 +491,10 @@ def pod_findings(pods, nodes, node_name, namespace=None, pods_error=None):
         findings += _pod_findings(pod, ns_given or pod["namespace"])
 
     labels = _node_labels(nodes, node_name)
+    if labels is not None and workload:
+        wrong = _workload_label(node, labels, workload)
+        if wrong:
+            findings.append(wrong)
     if labels is not None:
         present = {p["app"] for p in here}
         ns = ns_given or (here[0]["namespace"] if here else "")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import shlex
 
 import pytest
 from ansible.errors import AnsibleFilterError
@@ -520,3 +521,58 @@ def test_the_role_says_when_the_pod_list_failed(role):
     ok, out = role.set_fact("pods.yml", TASK, doctor_findings=[], doctor_k8s_node_name=NODE,
                             _doctor_pods={"resources": [], "failed": False}, _doctor_nodes={"failed": False, "msg": "x"})
     assert out["doctor_findings"] == [] and out["doctor_pods"] == []
+
+
+# --- the node's workload label ----------------------------------------------------------------------------
+
+WL = "nvidia.com/gpu.workload.config"
+
+
+@pytest.mark.parametrize("workload", ["container", "vm-passthrough", "vm-vgpu"])
+def test_a_workload_label_that_agrees_with_the_inventory_is_no_finding(workload):
+    assert run(healthy_pods(), nodes=[node(labels=dict(all_deploy_labels(), **{WL: workload}))],
+               workload=workload)["findings"] == []
+
+
+@pytest.mark.parametrize("workload,severity", [("vm-passthrough", "error"), ("vm-vgpu", "error"), ("container", "warning")])
+def test_a_missing_workload_label_is_an_error_for_vms_and_a_warning_for_containers(workload, severity):
+    f = one(run(healthy_pods(), nodes=[node(labels=all_deploy_labels())], workload=workload), "node-workload-label")
+    assert f["severity"] == severity
+    assert f["detail"] == {"node": NODE, "label": WL, "have": None, "want": workload}
+    assert "kubectl label node %s %s=%s --overwrite" % (NODE, WL, workload) in f["remediation"]
+    assert "playbooks/cluster.yml" in f["remediation"]
+    assert ("VMs on it see no GPU" in f["summary"]) == (workload != "container")
+
+
+def test_a_workload_label_that_differs_is_an_error_that_offers_both_fixes():
+    f = one(run([], nodes=[node(labels={WL: "container"})], workload="vm-passthrough"), "node-workload-label")
+    assert f["severity"] == "error" and f["detail"]["have"] == "container"
+    assert "labelled %s=container but the inventory's gpu_workload is vm-passthrough" % WL in f["summary"]
+    assert "change its gpu_workload in the inventory instead" in f["remediation"]
+    # errors first: the workload label before a missing component of the same severity
+    out = run([], nodes=[node(labels={WL: "container", "nvidia.com/gpu.deploy.device-plugin": "true"})],
+              workload="vm-passthrough")
+    assert [i for i, _s in ids(out)] == ["node-workload-label", "component-pod-missing"]
+
+
+def test_the_workload_check_needs_a_workload_and_the_node_in_the_list():
+    assert run([], nodes=[node(labels={})])["findings"] == []
+    assert run([], nodes=[node(labels={})], workload="")["findings"] == []
+    assert run([], nodes=[node(name="gpu-p03", labels={})], workload="vm-vgpu")["findings"] == []
+    assert run([], nodes=[], workload="vm-vgpu")["findings"] == []
+
+
+@pytest.mark.parametrize("value", ["vm-passthrough\n; rm -rf /", "{{ lookup('pipe', 'id') }}", "$(id)", "x" * 5000])
+def test_a_hostile_label_value_is_shown_as_one_quoted_bounded_line(value):
+    f = one(run([], nodes=[node(labels={WL: value})], workload="container"), "node-workload-label")
+    for part in (f["summary"], f["remediation"]):
+        assert "\n" not in part and len(part) < 1200
+    assert f["detail"]["have"] is not None and len(f["detail"]["have"]) <= 63
+    if value.startswith(("{{", "$(")):
+        assert shlex.quote(f["detail"]["have"]) in f["summary"]      # shell-quoted where a person would copy it
+
+
+@pytest.mark.parametrize("bad", ["vm", "Container", ["container"], 3, "container\n"])
+def test_a_workload_that_is_not_a_workload_kind_is_refused(bad):
+    with pytest.raises(AnsibleFilterError, match="workload must be one of container, vm-passthrough, vm-vgpu"):
+        run([], nodes=LABELLED, workload=bad)
