@@ -5,13 +5,15 @@
 # gpuops_k8s_api: true doing the host stages and the cluster stage against it, unchanged but for the registry
 # (tests/lab/gpu/cluster/vars.yml).  The checks are tests/lab/gpu/cluster/lane.py's; docs/gpu-lane.md says how
 # to rerun it.  That machine takes 64 MiB per call and keeps a call's ignored files only while it stays warm
-# (30 s), so the kit travels in two parts, each a call, made back to back:
+# (30 s), so the kit travels in parts, each a call, made back to back:
 #
-#   here:   tests/lab/gpu/cluster.sh pack      -> .gpu-cluster/{a,b} (ignored); each part's call checked
+#   here:   tests/lab/gpu/cluster.sh pack      -> .gpu-cluster/{a,b,c} (ignored); each part's call checked
 #                                                 against the 64 MiB limit with the working tree
 #   there:  tests/lab/gpu/cluster.sh stage     (call 1, carry .gpu-cluster/a: the Kubernetes binaries and
 #                                                 containerd, unpacked into .gpu-cluster/cache)
-#           tests/lab/gpu/cluster.sh run       (call 2, carry .gpu-cluster/b: NVIDIA's and NFD's binaries, runc,
+#           tests/lab/gpu/cluster.sh stage     (call 2, optional, carry .gpu-cluster/c: CRI-O, pinns, crictl and
+#                                                 Debian's conmon with its libraries, for the CRI-O step)
+#           tests/lab/gpu/cluster.sh run       (call 3, carry .gpu-cluster/b: NVIDIA's and NFD's binaries, runc,
 #                                                 wheels, kubernetes.core, the toolkit archive; runs the lane;
 #                                                 results to $OUT)
 #
@@ -30,13 +32,19 @@ KIT=${GPUC_KIT:-$ROOT/.gpu-cluster}
 CACHE=${GPUOPS_CACHE:-$HOME/.cache/gpuops}
 PART_A=(kube etcd containerd ctr containerd-shim-runc-v2)
 PART_B=(nvidia-device-plugin gpu-feature-discovery config-manager nfd-master nfd-worker runc busybox pause loopback)
+PART_C=(crio crictl pinns)
 K8S_LINKS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+CRIO_VERSION=${CRIO_VERSION:-v1.34.0}
 
 log() { printf '[gpu-cluster %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 source "$ROOT/tests/lab/device-kit.sh"
 where() {  # where <binary>: the cache folder it is built into
-    case $1 in kube | etcd) echo "$CACHE/cluster/bin" ;; *) echo "$CACHE/gpu/bin" ;; esac
+    case $1 in
+        kube | etcd) echo "$CACHE/cluster/bin" ;;
+        crio | crictl | pinns) echo "$CACHE/runtime/crio-$CRIO_VERSION/bin" ;;
+        *) echo "$CACHE/gpu/bin" ;;
+    esac
 }
 
 pack_part() {  # pack_part <a|b> <binary>...: one xz stream with a dictionary larger than the binaries together
@@ -44,6 +52,7 @@ pack_part() {  # pack_part <a|b> <binary>...: one xz stream with a dictionary la
     local t=$KIT/pack-$part b key
     rm -rf "$t"; mkdir -p "$t" "$KIT/$part"
     for b in "$@"; do cp "$(where "$b")/$b" "$t/"; done
+    [[ $part != c ]] || conmon_bundle "$t"
     key=$(cd "$t" && sha256sum -- * | sha256sum | cut -c1-16)
     if [[ $(cat "$KIT/$part/key" 2>/dev/null) != "$key" || ! -f $KIT/$part/bin.tar.xz ]]; then
         # the Go binaries of a part share most of their packages (client-go, go-nvml, grpc): ~5 min on one core
@@ -55,13 +64,33 @@ pack_part() {  # pack_part <a|b> <binary>...: one xz stream with a dictionary la
     rm -rf "$t"
 }
 
+conmon_bundle() {  # conmon_bundle <dir>: CRI-O's Go binaries stripped, and Debian's conmon with the libraries and the
+    # loader it runs with here, started through that loader by a wrapper (the GPU machine may have none of them)
+    local t=$1 lib
+    strip "$t/crio" "$t/crictl"
+    mkdir -p "$t/conmon/lib"
+    cp /usr/bin/conmon "$t/conmon/conmon.real"
+    for lib in $(ldd /usr/bin/conmon | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}'); do
+        cp -L "$lib" "$t/conmon/lib/"
+    done
+    cat >"$t/conmon/conmon" <<'EOS'
+#!/bin/sh
+# Debian's conmon with the libraries and loader it was built against (tests/lab/gpu/cluster.sh conmon_bundle)
+d=$(dirname "$(readlink -f "$0")")
+exec "$d/lib/ld-linux-x86-64.so.2" --library-path "$d/lib" "$d/conmon.real" "$@"
+EOS
+    chmod 755 "$t/conmon/conmon"
+}
+
 pack() {
     [[ -x $ROOT/.venv/bin/python ]] || die "no .venv here: run make venv first"
     "$ROOT/tests/lab/cluster/build.sh" etcd kube
     bash "$HERE/build.sh"   # the GPU node bundle (.gpu-bundle): its binaries, toolkit archive and versions
+    make -C "$ROOT" runtime-apt runtime-crio CRIO_VERSION="$CRIO_VERSION"   # CRI-O, pinns, crictl; conmon
     pack_part a "${PART_A[@]}" &
     local pa=$!
     pack_part b "${PART_B[@]}"
+    pack_part c "${PART_C[@]}"
     wait "$pa"
     local c=$KIT/b
     rm -rf "$c/wheels"; mkdir -p "$c/wheels"
@@ -75,11 +104,12 @@ pack() {
         echo "kubernetes=$(sed -n 's/^K8S_VERSION=\${K8S_VERSION:-\(.*\)}$/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
         echo "etcd=$(sed -n 's/^ETCD_VERSION=\${ETCD_VERSION:-\([^}]*\)}.*/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
     } >"$c/versions.txt"
-    kit_check_parts "$ROOT" "$KIT" a b
+    kit_check_parts "$ROOT" "$KIT" a b c
 }
 
-stage() {  # stage <a|b>: a part's binaries into .gpu-cluster/cache/bin
+stage() {  # stage <a|b|c>: a part's binaries into .gpu-cluster/cache/bin (c: .gpu-cluster/cache/crio)
     local part=$1 dest=$KIT/cache/bin
+    [[ $part != c ]] || dest=$KIT/cache/crio
     [[ -f $KIT/$part/bin.tar.xz ]] || die "$KIT/$part missing: carry .gpu-cluster/$part"
     mkdir -p "$dest"
     if [[ $(cat "$KIT/cache/$part.key" 2>/dev/null) == "$(cat "$KIT/$part/key")" ]]; then
@@ -113,6 +143,7 @@ run() {
         GPUC_KIT=$KIT GPUC_ROOT=$ROOT
     GPUC_DRIVER_BRANCH=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1 | cut -d. -f1)
     export GPUC_DRIVER_BRANCH
+    if [[ -f $KIT/cache/c.key ]]; then export GPUC_CRIO_BIN=$KIT/cache/crio; else unset GPUC_CRIO_BIN; fi
     if ! command -v curl >/dev/null; then  # up.sh asks the API server and etcd with curl
         mkdir -p "$KIT/shim"; ln -sfn "$HERE/cluster/curl.py" "$KIT/shim/curl"; chmod 755 "$HERE/cluster/curl.py"
         export PATH=$KIT/shim:$PATH; log "no curl here: tests/lab/gpu/cluster/curl.py in its place"
@@ -142,7 +173,9 @@ run() {
 
 case ${1:-} in
     pack) pack ;;
-    stage) stage a ;;
+    # the parts carried by this call (a, c): each staged once per machine
+    stage) n=0; for p in a c; do [[ ! -f $KIT/$p/bin.tar.xz ]] || { stage "$p"; n=$((n + 1)); }; done
+           ((n)) || die "nothing to stage: carry .gpu-cluster/a (and, for the CRI-O step, .gpu-cluster/c)" ;;
     run) run ;;
     *) die "usage: $0 pack | stage | run" ;;
 esac

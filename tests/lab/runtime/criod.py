@@ -47,7 +47,7 @@ default_mounts_file = ""
 decryption_keys_path = "{d}/keys"
 irqbalance_config_file = ""
 irqbalance_config_restore_file = ""
-cdi_spec_dirs = ["{d}/cdi"]
+cdi_spec_dirs = {cdi_dirs}
 
 [crio.runtime.runtimes.runc]
 runtime_path = "{runc}"
@@ -88,7 +88,7 @@ echo restarted >> $D/restarts
 
 class Crio(object):
     def __init__(self, bindir, directory, registry, pause_image, pause_command="/usr/bin/pause",
-                 conmon="/usr/bin/conmon", runc="/usr/sbin/runc", path_dirs=()):
+                 conmon="/usr/bin/conmon", runc="/usr/sbin/runc", path_dirs=(), cdi_dirs=None):
         self.bin, self.dir, self.registry = bindir, directory, registry
         self.binary = os.path.join(bindir, "crio")
         self.crictl_bin = os.path.join(bindir, "crictl")
@@ -99,7 +99,8 @@ class Crio(object):
             os.makedirs(os.path.join(directory, sub), exist_ok=True)
         with open(os.path.join(directory, "crio.conf"), "w") as f:
             f.write(BASE_CONF.format(d=directory, conmon=conmon, pinns=os.path.join(bindir, "pinns"), runc=runc,
-                                    pause_image=pause_image, pause_command=pause_command))
+                                    pause_image=pause_image, pause_command=pause_command,
+                                    cdi_dirs=json.dumps(list(cdi_dirs or [os.path.join(directory, "cdi")]))))
         with open(os.path.join(directory, "policy.json"), "w") as f:
             json.dump({"default": [{"type": "insecureAcceptAnything"}]}, f)
         with open(os.path.join(directory, "storage.conf"), "w") as f:
@@ -107,6 +108,9 @@ class Crio(object):
         with open(os.path.join(directory, "registries.conf"), "w") as f:
             f.write('[[registry]]\nlocation = "%s"\ninsecure = true\n' % registry)
         path = ":".join(list(path_dirs) + ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+        self.crictl_config = os.path.join(directory, "crictl.yaml")
+        with open(self.crictl_config, "w") as f:
+            f.write("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n" % (self.socket, self.socket))
         with open(self.restart_script, "w") as f:
             f.write(RESTART_SH % {"dir": directory, "binary": self.binary, "path": path})
         os.chmod(self.restart_script, 0o755)
@@ -174,7 +178,8 @@ class Crio(object):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        subprocess.run(["pkill", "-KILL", "-f", "conmon .*%s" % self.dir], check=False)
+        # conmon itself, or conmon run through a carried loader (the GPU machine's kit): conmon.real -b <dir>/...
+        subprocess.run(["pkill", "-KILL", "-f", "conmon[^ ]* .*%s" % self.dir], check=False)
 
     def processes(self):
         """``pid args`` of every process whose command line names this daemon's directory (conmon carries its
@@ -193,16 +198,17 @@ class Crio(object):
     # -- crictl ----------------------------------------------------------------------------------------
 
     def crictl(self, *args, check=True, timeout=120):
-        cmd = [self.crictl_bin, "--runtime-endpoint", "unix://" + self.socket, "--image-endpoint", "unix://" + self.socket,
-               "--timeout", "60s"] + list(args)
+        cmd = [self.crictl_bin, "--config", self.crictl_config] + list(args)
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode:
             raise AssertionError("crictl %s (rc=%d): %s\n--- crio log:\n%s" % (" ".join(args), proc.returncode,
                                                                                proc.stderr[-2000:], self.log_tail()))
         return proc
 
-    def run_pod(self, name, image, command, runtime_handler=""):
-        """A host-network pod with one container: (pod id, container id), the container started."""
+    def run_pod(self, name, image, command, runtime_handler="", cdi_devices=()):
+        """A host-network pod with one container: (pod id, container id), the container started.  ``cdi_devices``:
+        fully qualified CDI device names the container asks for (the CRI's CDI_devices field: CRI-O injects them
+        from the specs of its cdi_spec_dirs)."""
         pod = {"metadata": {"name": name, "namespace": "gpuops-lab", "uid": name + "-uid", "attempt": 0},
                "log_directory": os.path.join(self.dir, "pod-logs", name),
                # host network (no CNI here); a PID namespace per container, so CRI-O keeps no infra container:
@@ -210,6 +216,8 @@ class Crio(object):
                "linux": {"security_context": {"namespace_options": {"network": 2, "pid": 1}}}}
         ctr = {"metadata": {"name": "c"}, "image": {"image": image}, "command": command, "log_path": "c.log",
                "linux": {"security_context": {"namespace_options": {"network": 2, "pid": 1}}}}
+        if cdi_devices:
+            ctr["CDI_devices"] = [{"name": n} for n in cdi_devices]
         pod_json = os.path.join(self.dir, name + "-pod.json")
         ctr_json = os.path.join(self.dir, name + "-ctr.json")
         with open(pod_json, "w") as f:

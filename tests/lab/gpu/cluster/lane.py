@@ -257,6 +257,7 @@ def main():
     check("site-first-run", rc == 0, "rc=%d changed=%d" % (rc, changed))
     if rc:
         return finish()
+    crio_cdi(uuid)
     got = wait("component pods", lambda: pods_ready() and all(restarts(p) == 0 for p in component_pods().values()),
                int(os.environ.get("GPUC_POD_WAIT", "90")))
     pods = component_pods()
@@ -407,6 +408,27 @@ def main():
     return uninstall(labels_before, containerd_before)
 
 
+def crio_cdi(uuid):
+    """Part c of the kit, when it was staged: CRI-O runs a container that asks for the GPU through CDI, from the
+    spec site.yml just wrote (crio_cdi.py; before the component pods are awaited, so whatever they do)."""
+    crio_bin = os.environ.get("GPUC_CRIO_BIN")
+    if not crio_bin:
+        say("CRI-O step: part c not staged (carry .gpu-cluster/c in a stage call)")
+        return
+    rc, out, err = sh(["python3", os.path.join(ROOT, "tests", "lab", "gpu", "cluster", "crio_cdi.py"),
+                       "--crio-bin", crio_bin, "--conmon", os.path.join(crio_bin, "conmon", "conmon"),
+                       "--runc", os.path.join(KN_BIN, "runc"), "--image", os.path.join(KN_DIR, "images", "cuda.tar"),
+                       "--work", os.path.join(KIT, "crio"), "--expect", uuid], timeout=300, log="crio-cdi.log")
+    try:
+        res = json.loads(out)
+    except ValueError:
+        check("crio-cdi-container", False, "crio_cdi.py rc=%d, no result: %s" % (rc, err[-800:]))
+        return
+    STATE["crio"] = res["version"]
+    for c in res["checks"]:
+        check(c["name"], c["ok"], c["detail"])
+
+
 def diagnose(lane_vars):
     """The component image run by hand through the node's nvidia runtime (ctr), as its pod would: what the
     container sees of the driver, and GFD once, so that a crash loop's cause is in the results."""
@@ -457,6 +479,8 @@ def finish():
     check("gpu-settings-unchanged", after == STATE.get("settings"), after)
     failed = [c["name"] for c in CHECKS if not c["ok"]]
     versions = dict(kv.split("=", 1) for kv in open(os.path.join(KIT, "b", "versions.txt")).read().split() if "=" in kv)
+    if STATE.get("crio"):
+        versions["crio"] = STATE["crio"]
     summary = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": os.environ.get("GPUC_COMMIT", ""),
                "gpu_uuid": STATE.get("uuid"), "gpu": STATE.get("model"), "gpu_settings": STATE.get("settings"),
                "components": STATE.get("components", {}), "versions": versions, "wall_s": round(time.time() - T0, 1),
