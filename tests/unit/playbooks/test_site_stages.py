@@ -126,6 +126,45 @@ def test_a_stage_with_no_host_is_reported(tmp_path, roots_dir):
     assert FIRST_STAGE_PLAY not in res.stdout
 
 
+# the first words of each stage's play (preflight: site.yml's first play; report: report.yml's last)
+STAGE_PLAYS = {"preflight": "Preflight", "discovery": "Discover GPUs", "driver": "NVIDIA driver",
+               "mig": "MIG layouts", "container_toolkit": "NVIDIA container toolkit", "vfio": "VM-passthrough nodes",
+               "vgpu": "NVIDIA vGPU hosts", "cluster": "GPU cluster components", "report": "Print the fleet readiness"}
+
+
+def stages_that_ran(stdout):
+    """The stages whose play ran a task on a host (ok or changed; a task that tags filter out is not printed,
+    one that `when` skips says skipping, an include that only loads a role says included)."""
+    tasks, play = {}, None
+    for line in stdout.splitlines():
+        if line.startswith("PLAY [") and not line.startswith("PLAY RECAP"):
+            play = line[6:line.rfind("]")]
+            tasks.setdefault(play, 0)
+        elif line.startswith(("ok: [", "changed: [")) and play is not None:
+            tasks[play] += 1
+    return {st for st, first in STAGE_PLAYS.items() if any(p.startswith(first) and n for p, n in tasks.items())}
+
+
+@lab
+def test_a_stage_tag_runs_that_stage_with_preflight_discovery_and_report(tmp_path, roots_dir):
+    res = site(tmp_path, roots_dir, "--tags", "vfio", "-e", "gpuops_report_dir=%s" % (tmp_path / "report"))
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert stages_that_ran(res.stdout) == {"preflight", "discovery", "vfio", "report"}, res.stdout[-6000:]
+    assert "VFIO not applied" in res.stdout               # the stage's own task, on the example's vfio hosts
+    assert (tmp_path / "report" / "readiness.json").exists()
+
+
+@lab
+def test_skip_tags_leaves_one_stage_out_and_other_tags_leave_the_stages_alone(tmp_path, roots_dir):
+    res = site(tmp_path, roots_dir, "--skip-tags", "vfio")
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert stages_that_ran(res.stdout) == set(STAGE_PLAYS) - {"vfio"}, res.stdout[-6000:]
+    # a role's own tag (vfio_bind): no stage's play runs a task of its own, the stages around them still run
+    res = site(tmp_path, roots_dir, "--tags", "vfio_bind")
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert stages_that_ran(res.stdout) == {"preflight", "discovery", "report"}, res.stdout[-6000:]
+
+
 BAD = {
     "vm-passthrough outside vm_passthrough": (
         {"all": {"hosts": {"gpu-c01.example.net": {"gpu_workload": "vm-passthrough"}}}},
