@@ -228,7 +228,8 @@ def lab(tmp_path_factory):
     settle()
 
     d = tmp_path_factory.mktemp("upgrade")
-    hosts = {n: {"ansible_connection": "local"} for n in NODES}
+    # driver_branch as an inventory sets it: what a launch that leaves the branch empty must keep
+    hosts = {n: {"ansible_connection": "local", "driver_branch": "580"} for n in NODES}
     inv = {"all": {"vars": {"gpuops_kubeconfig": KUBECONFIG, "ansible_python_interpreter": os.path.join(ROOT, ".venv", "bin", "python")},
                    "children": {"k8s_gpu_nodes": {"hosts": hosts},
                                 "k8s_control": {"hosts": {"localhost": {"ansible_connection": "local"}}}}}}
@@ -319,6 +320,22 @@ def test_rolling_upgrade_two_at_a_time_in_order(lab):
                       and "kwok" not in e.get("userAgent", "") and "kube-controller-manager" not in e.get("userAgent", "")]
     assert client_deletes == []  # pods left through evictions only, never a direct delete
     print(f"rollout of 4 nodes, 2 at a time: {r.seconds:.1f}s")
+
+
+def test_an_empty_launch_answer_keeps_the_inventorys_driver_branch(lab):
+    """AWX passes an empty survey answer as '': gpu_upgrade_driver_branch/version '' leave the inventory's
+    driver_branch (580) to the driver step, an answer replaces it for this rollout (what the step was given is
+    recorded on the Node by the lab's driver step)."""
+    reset_nodes()
+    settle()
+    r, _ = upgrade(lab, hosts=["upg-0"], gpu_upgrade_driver_branch="", gpu_upgrade_driver_version="")
+    assert r.returncode == 0, r.stdout[-4000:]
+    ann = core.read_node("upg-0").metadata.annotations
+    assert (ann["gpuops.lab/driver-branch"], ann["gpuops.lab/driver-version"]) == ("580", ""), ann
+    r, _ = upgrade(lab, hosts=["upg-0"], gpu_upgrade_driver_branch="590", gpu_upgrade_driver_version=" 590.48.01 ")
+    assert r.returncode == 0, r.stdout[-4000:]
+    ann = core.read_node("upg-0").metadata.annotations
+    assert (ann["gpuops.lab/driver-branch"], ann["gpuops.lab/driver-version"]) == ("590", "590.48.01"), ann
 
 
 def test_validation_failure_on_second_node_stops_the_rollout(lab):
