@@ -84,6 +84,7 @@ IMAGE_COMPONENTS = {
 # Every variable the import can write (group_vars_text refuses any other name: the file's keys are ours)
 VARIABLES = frozenset([
     "gpuops_cluster_components", "gpuops_default_workload", "gpuops_device_plugin_configs", "gpuops_k8s_tolerations",
+    "gpuops_k8s_namespace_psa",
     "gpuops_mig_configs", "gpuops_mig_strategy", "gpuops_registry", "gpuops_runtime_class", "gpuops_sandbox_mode",
     "gpuops_vgpu_default_config", "gpuops_vgpu_device_manager_config",
     "driver_branch", "driver_kernel_module_type", "driver_precompiled", "driver_state", "driver_version",
@@ -1263,12 +1264,13 @@ def _others(m):
         elif set(_mapping(section, key)) - {"enabled"}:
             m.notes.append("%s.*: not deployed by the operator while %s.enabled is false" % (key, key))
         m.consume_tree(key)
-    for key, why in (("psp", "PodSecurityPolicy was removed in Kubernetes 1.25; nothing to create"),
-                     ("psa", "gpuops.nvidia does not set pod-security.kubernetes.io labels on the namespace; label "
-                             "it privileged yourself if Pod Security Admission is enforced")):
-        value = m.get(key + ".enabled")
-        if value is not None and _bool(value, key + ".enabled"):
-            m.skip(key + ".enabled", value, why)
+    value = m.get("psp.enabled")
+    if value is not None and _bool(value, "psp.enabled"):
+        m.skip("psp.enabled", value, "PodSecurityPolicy was removed in Kubernetes 1.25; nothing to create")
+    # psa: the operator labels its namespace privileged for Pod Security Admission; so does the common role
+    value = m.get("psa.enabled")
+    if value is not None and _bool(value, "psa.enabled"):
+        m.set("gpuops_k8s_namespace_psa", True, "psa.enabled")
     hp = "hostPaths"
     for f, default, var in (("rootFS", "/", None), ("driverInstallDir", "/run/nvidia/driver", None),
                             ("kubeletRootDir", "/var/lib/kubelet", "validator_node_kubelet_dir")):

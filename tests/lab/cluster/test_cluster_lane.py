@@ -645,6 +645,27 @@ def test_helm_path_with_local_chart():
     assert core.list_namespace(field_selector="metadata.name=gpu-operator-helm").items == []
 
 
+def test_psa_labels_let_the_components_pods_into_a_namespace_held_to_baseline():
+    """Pod Security Admission is on in the lane's API server: with the namespace held to baseline (an admin's
+    label), a pod like the components' (privileged, host paths) is refused; gpuops_k8s_namespace_psa labels the
+    namespace privileged as the GPU Operator's psa.enabled does, and the same pod is admitted."""
+    psa = "pod-security.kubernetes.io/"
+    core.patch_namespace(NS, {"metadata": {"labels": {psa + "enforce": "baseline"}}})
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "psa-probe"},
+           "spec": {"nodeName": "none", "containers": [{
+               "name": "c", "image": "busybox", "securityContext": {"privileged": True},
+               "volumeMounts": [{"name": "sys", "mountPath": "/sys"}]}],
+               "volumes": [{"name": "sys", "hostPath": {"path": "/sys"}}]}}
+    with pytest.raises(client.ApiException) as refused:
+        core.create_namespaced_pod(NS, pod, dry_run="All")
+    assert refused.value.status == 403 and "violates PodSecurity" in refused.value.body, refused.value.body
+    playbook("-e", "gpuops_k8s_namespace_psa=true")
+    labels = core.read_namespace(NS).metadata.labels
+    assert {k: v for k, v in labels.items() if k.startswith(psa)} == {
+        psa + "enforce": "privileged", psa + "audit": "privileged", psa + "warn": "privileged"}, labels
+    core.create_namespaced_pod(NS, pod, dry_run="All")   # admitted: nothing raised
+
+
 def test_uninstall_removes_everything(baseline):
     playbook("-e", "gpuops_cluster_state=absent")
     assert core.list_namespace(field_selector=f"metadata.name={NS}").items == []

@@ -251,6 +251,18 @@ def test_gfd_fail_on_init_error_env(value, expected):
         f.clusterpolicy_to_vars(policy)
 
 
+@pytest.mark.parametrize("enabled, expected", [(True, True), ("true", True), (False, None), (None, None)])
+def test_psa_enabled_labels_the_components_namespace(enabled, expected):
+    spec = {"psp": {"enabled": True}} if enabled is None else {"psa": {"enabled": enabled}, "psp": {"enabled": True}}
+    policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": spec}
+    r = f.clusterpolicy_to_vars(policy)
+    assert r["vars"].get("gpuops_k8s_namespace_psa") is expected
+    if expected:
+        assert r["sources"]["gpuops_k8s_namespace_psa"] == ["psa.enabled"]
+        assert load_group_vars(f.clusterpolicy_group_vars(r, "cp.yaml"))["gpuops_k8s_namespace_psa"] is True
+    assert "psa.enabled" not in paths(r) and "psp.enabled" in paths(r)   # PodSecurityPolicy: nothing to create
+
+
 def test_unknown_fields_are_listed_not_dropped():
     docs = load("default-sample.yaml")
     spec = docs[0]["spec"]
