@@ -294,8 +294,13 @@ def test_rolling_upgrade_two_at_a_time_in_order(lab):
     before = pods_by_node()
     ds_pods = {p.metadata.name for p in pods("app=lab-ds")}
     pdb_pods = {p.metadata.name: p.spec.node_name for p in pods("app=pdb-app")}
-    r, since = upgrade(lab, gpu_upgrade_max_unavailable="50%")
+    # AWX passes an empty survey answer as '': the inventory's driver_branch (580) reaches the driver step
+    r, since = upgrade(lab, gpu_upgrade_max_unavailable="50%", gpu_upgrade_driver_branch="",
+                       gpu_upgrade_driver_version="")
     assert r.returncode == 0, r.stdout[-6000:]
+    for n in NODES[:4]:
+        ann = core.read_node(n).metadata.annotations
+        assert (ann["gpuops.lab/driver-branch"], ann["gpuops.lab/driver-version"]) == ("580", ""), (n, ann)
     ev = audit(since)
     for n in NODES[:4]:
         e = events_of(ev, n, before.get(n, set()))
@@ -322,28 +327,16 @@ def test_rolling_upgrade_two_at_a_time_in_order(lab):
     print(f"rollout of 4 nodes, 2 at a time: {r.seconds:.1f}s")
 
 
-def test_an_empty_launch_answer_keeps_the_inventorys_driver_branch(lab):
-    """AWX passes an empty survey answer as '': gpu_upgrade_driver_branch/version '' leave the inventory's
-    driver_branch (580) to the driver step, an answer replaces it for this rollout (what the step was given is
-    recorded on the Node by the lab's driver step)."""
-    reset_nodes()
-    settle()
-    r, _ = upgrade(lab, hosts=["upg-0"], gpu_upgrade_driver_branch="", gpu_upgrade_driver_version="")
-    assert r.returncode == 0, r.stdout[-4000:]
-    ann = core.read_node("upg-0").metadata.annotations
-    assert (ann["gpuops.lab/driver-branch"], ann["gpuops.lab/driver-version"]) == ("580", ""), ann
-    r, _ = upgrade(lab, hosts=["upg-0"], gpu_upgrade_driver_branch="590", gpu_upgrade_driver_version=" 590.48.01 ")
-    assert r.returncode == 0, r.stdout[-4000:]
-    ann = core.read_node("upg-0").metadata.annotations
-    assert (ann["gpuops.lab/driver-branch"], ann["gpuops.lab/driver-version"]) == ("590", "590.48.01"), ann
-
-
 def test_validation_failure_on_second_node_stops_the_rollout(lab):
     reset_nodes()
     settle()
     hosts = ["upg-0", "upg-1", "upg-2"]
-    r, since = upgrade(lab, hosts=hosts, gpu_upgrade_max_unavailable=1, gpu_upgrade_test_fail_validate=["upg-1"])
+    # a launch that names the branch and version: they replace the inventory's for this rollout
+    r, since = upgrade(lab, hosts=hosts, gpu_upgrade_max_unavailable=1, gpu_upgrade_test_fail_validate=["upg-1"],
+                       gpu_upgrade_driver_branch="590", gpu_upgrade_driver_version=" 590.48.01 ")
     assert r.returncode != 0
+    ann = core.read_node("upg-0").metadata.annotations
+    assert (ann["gpuops.lab/driver-branch"], ann["gpuops.lab/driver-version"]) == ("590", "590.48.01"), ann
     text = out(r)
     assert 'driver upgrade stopped: node upg-1 failed at step "validate"' in text, text[-4000:]
     assert "lab validation failed on purpose on upg-1" in text
