@@ -333,7 +333,7 @@ def test_validation_failure_on_second_node_stops_the_rollout(lab):
     hosts = ["upg-0", "upg-1", "upg-2"]
     # a launch that names the branch and version: they replace the inventory's for this rollout
     r, since = upgrade(lab, hosts=hosts, gpu_upgrade_max_unavailable=1, gpu_upgrade_test_fail_validate=["upg-1"],
-                       gpu_upgrade_driver_branch="590", gpu_upgrade_driver_version=" 590.48.01 ")
+                       gpu_upgrade_driver_branch="590", gpu_upgrade_driver_version="590.48.01")
     assert r.returncode != 0
     ann = core.read_node("upg-0").metadata.annotations
     assert (ann["gpuops.lab/driver-branch"], ann["gpuops.lab/driver-version"]) == ("590", "590.48.01"), ann

@@ -51,8 +51,10 @@ def _cuda(value):
 
 # survey variable -> (good answers, what the play goes on with: the answer as used, None when refused)
 CHECKS = {
-    "driver_branch": (["580", "535"], lambda v: _preflight("driver_branch", v)),
-    "driver_version": (["", "580.95.05", "535.247"], lambda v: _preflight("driver_version", v)),
+    # driver_upgrade.yml sets driver_branch / driver_version from these, as given (an empty answer keeps the
+    # inventory's); the driver role's preflight then checks them whole
+    "gpu_upgrade_driver_branch": (["580", "535"], lambda v: _preflight("driver_branch", v)),
+    "gpu_upgrade_driver_version": (["", "580.95.05", "535.247"], lambda v: _preflight("driver_version", v)),
     "gpu_upgrade_max_unavailable": (["1", "3", "25%", "100%"], _max_unavailable),
     "doctor_cuda_version": (["", "12.4", "13", "12.8.1"], _cuda),
 }
