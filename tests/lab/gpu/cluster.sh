@@ -53,7 +53,7 @@ pack_part() {  # pack_part <a|b> <binary>...: one xz stream with a dictionary la
     rm -rf "$t"; mkdir -p "$t" "$KIT/$part"
     for b in "$@"; do cp "$(where "$b")/$b" "$t/"; done
     [[ $part != c ]] || conmon_bundle "$t"
-    key=$(cd "$t" && sha256sum -- * | sha256sum | cut -c1-16)
+    key=$(cd "$t" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
     if [[ $(cat "$KIT/$part/key" 2>/dev/null) != "$key" || ! -f $KIT/$part/bin.tar.xz ]]; then
         # the Go binaries of a part share most of their packages (client-go, go-nvml, grpc): ~5 min on one core
         log "xz part $part ($(du -sh "$t" | cut -f1))"
