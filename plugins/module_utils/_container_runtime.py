@@ -1086,7 +1086,13 @@ class Daemon(object):
         # a restart back on restored files only has to come up
         self.expect_runtime = p.get("state", "present") == "present"
 
-    def _run(self, argv, **kw):
+    def _run(self, argv, limit=None, **kw):
+        """``limit``: seconds a read of the daemon may take (coreutils ``timeout``, where the host has it): a daemon
+        that accepts on its socket and never answers must not hold the task."""
+        if limit:
+            timeout = self.module.get_bin_path("timeout")
+            if timeout:
+                argv = [timeout, "--kill-after=2", str(int(limit))] + list(argv)
         rc, out, err = self.module.run_command(argv, environ_update={"LC_ALL": "C", "LANG": "C"}, **kw)
         return rc, out, err
 
@@ -1169,7 +1175,7 @@ class Daemon(object):
             if ctr:
                 deadline = time.time() + self.timeout
                 while True:
-                    rc, table, err = self._run([ctr, "--address", self.socket, "plugins", "ls"])
+                    rc, table, err = self._run([ctr, "--address", self.socket, "plugins", "ls"], limit=10)
                     if rc == 0:
                         break
                     if time.time() > deadline:
@@ -1177,7 +1183,7 @@ class Daemon(object):
                     time.sleep(0.3)
                 plugins = parse_ctr_plugins(table)
                 if cri_plugin_failures(plugins):
-                    rc, detail, err = self._run([ctr, "--address", self.socket, "plugins", "ls", "-d"])
+                    rc, detail, err = self._run([ctr, "--address", self.socket, "plugins", "ls", "-d"], limit=10)
                     bad = cri_plugin_failures(parse_ctr_plugins(table, detail))
                     return False, "containerd is running but its CRI plugin failed to load: " + "; ".join(bad)
         if self.runtime == "crio" and self.expect_runtime:
@@ -1197,7 +1203,7 @@ class Daemon(object):
             return True, ""
         deadline = time.time() + self.timeout
         while True:
-            rc, out, err = self._run([binary, "status", "--socket", self.socket, "config"])
+            rc, out, err = self._run([binary, "status", "--socket", self.socket, "config"], limit=10)
             if rc == 0:
                 break
             if time.time() > deadline:

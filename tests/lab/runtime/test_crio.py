@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import glob
 import os
+import socket
 import subprocess
 import sys
+import time
 import tomllib
 import types
 
@@ -186,6 +188,27 @@ def test_stop_leaves_nothing_running(lab):
     with open("/proc/mounts", encoding="utf-8") as f:
         mounts = [line for line in f if lab.crio.dir in line]
     assert not mounts, mounts
+
+
+def test_a_daemon_that_never_answers_does_not_hold_the_task(ansible, tmp_path):
+    """A socket that accepts and never answers (a hung CRI-O): the read of its running configuration is cut off
+    (coreutils timeout) and the module fails, restoring, instead of waiting for ever."""
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(tmp_path / "silent.sock"))
+    silent.listen(16)  # the kernel completes the connections; nothing reads or answers them
+    confd = tmp_path / "crio.conf.d"
+    confd.mkdir()
+    t0 = time.time()
+    try:
+        res = ansible.module("gpuops.nvidia.container_runtime", {
+            "runtime": "crio", "config_path": str(confd / "99-nvidia.toml"), "runtime_path": RUNC,
+            "restart_mode": "command", "restart_command": ["true"], "socket": str(tmp_path / "silent.sock"),
+            "binary_path": os.path.join(CRIO_BIN, "crio"), "restart_timeout": 3, "state_dir": str(tmp_path / "state")})
+    finally:
+        silent.close()
+    assert res.get("failed") and "`crio status config` failed" in res["msg"] and res["restored"], res
+    assert time.time() - t0 < 60
+    assert not os.path.exists(confd / "99-nvidia.toml")     # the file the module made is gone again
 
 
 def test_crio_config_sees_the_runtime(ansible, tmp_path):
