@@ -1257,6 +1257,19 @@ def _validate_dir(p):
     raise last
 
 
+def _drop_validate_dir(d):
+    """A validation's candidate directory removed; ``<state_dir>/tmp`` too when it is empty (state_dir then holds
+    records only, and is empty after absent)."""
+    import shutil
+    if d is None:
+        return
+    shutil.rmtree(d, ignore_errors=True)
+    try:
+        os.rmdir(os.path.dirname(d))
+    except OSError:
+        pass
+
+
 def _clean_stale_validate_dirs(base):
     import shutil
     prefix = "gpuops-validate-"
@@ -1296,7 +1309,6 @@ def validate_containerd(module, binary, changes, p):
     it also proves that drop-in + imports give the expected result.  A candidate that cannot be written
     raises RuntimeConfigError.
     """
-    import shutil
     d = None
     try:
         try:
@@ -1343,13 +1355,7 @@ def validate_containerd(module, binary, changes, p):
         except TomlError as e:
             raise RuntimeConfigError("cannot read `containerd config dump` output: %s" % e)
     finally:
-        if d is not None:
-            shutil.rmtree(d, ignore_errors=True)
-            # <state_dir>/tmp goes when it is empty: state_dir then holds records only (and is empty after absent)
-            try:
-                os.rmdir(os.path.dirname(d))
-            except OSError:
-                pass
+        _drop_validate_dir(d)
 
 
 CRIO_MAIN_CONFIG = "/etc/crio/crio.conf"
@@ -1393,12 +1399,7 @@ def validate_crio(module, binary, change, p):
         except TomlError as e:
             raise RuntimeConfigError("cannot read `crio config` output: %s" % e)
     finally:
-        if d is not None:
-            shutil.rmtree(d, ignore_errors=True)
-            try:
-                os.rmdir(os.path.dirname(d))
-            except OSError:
-                pass
+        _drop_validate_dir(d)
 
 
 def dump_has_runtime(dump, p):
