@@ -154,15 +154,6 @@ class Crio(object):
         except OSError:
             return ""
 
-    def config(self):
-        """`crio config` with the daemon's own files: the configuration it would run with, as TOML text."""
-        env = dict(os.environ, CONTAINERS_STORAGE_CONF=os.path.join(self.dir, "storage.conf"),
-                   CONTAINERS_REGISTRIES_CONF=os.path.join(self.dir, "registries.conf"))
-        proc = subprocess.run([self.binary, "--config", os.path.join(self.dir, "crio.conf"), "--config-dir", self.confd,
-                               "config"], capture_output=True, text=True, env=env, timeout=60)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        return proc.stdout
-
     def stop(self):
         """Pods removed, the daemon stopped, any conmon of this directory killed: nothing of it left running."""
         if self.alive():
