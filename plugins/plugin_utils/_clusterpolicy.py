@@ -96,6 +96,7 @@ VARIABLES = frozenset([
     "container_toolkit_runtime_name", "container_toolkit_set_as_default", "container_toolkit_version",
     "runtime_class_handlers",
     "device_plugin_default_config", "gfd_default_config", "gfd_fail_on_init_error", "gfd_sleep_interval",
+    "gfd_use_node_feature_api",
     "dcgm_exporter_metrics", "dcgm_exporter_port", "dcgm_exporter_service_monitor",
     "dcgm_exporter_service_monitor_interval", "dcgm_exporter_service_monitor_labels", "dcgm_exporter_service_type",
     "mig_manager_cdi_enabled", "mig_manager_default_config", "mig_manager_gpu_clients", "mig_manager_with_reboot",
@@ -1006,7 +1007,12 @@ def _gfd(m, disabled):
 
     def fail_on_init_error(value, path):
         m.set("gfd_fail_on_init_error", _bool(value, path), path)
-    m.common("gfd", "gfd", env_handlers={"GFD_SLEEP_INTERVAL": sleep, "GFD_FAIL_ON_INIT_ERROR": fail_on_init_error})
+
+    def node_feature_api(value, path):
+        m.set("gfd_use_node_feature_api", _bool(value, path), path)
+    m.common("gfd", "gfd", env_handlers={"GFD_SLEEP_INTERVAL": sleep, "GFD_FAIL_ON_INIT_ERROR": fail_on_init_error,
+                                         "USE_NODE_FEATURE_API": node_feature_api,
+                                         "GFD_USE_NODE_FEATURE_API": node_feature_api})
 
 
 def _mig(m, disabled):

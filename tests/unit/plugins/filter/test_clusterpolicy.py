@@ -241,6 +241,17 @@ def test_device_plugin_env_without_configmap_makes_the_default_config():
     assert {"devicePlugin.config.name", "devicePlugin.env[DEVICE_LIST_STRATEGY]"} <= set(paths(r))
 
 
+@pytest.mark.parametrize("name", ["USE_NODE_FEATURE_API", "GFD_USE_NODE_FEATURE_API"])
+@pytest.mark.parametrize("value, expected", [("false", False), ("true", True)])
+def test_gfd_node_feature_api_env(name, value, expected):
+    policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {
+        "gfd": {"env": [{"name": name, "value": value}]}}}
+    assert f.clusterpolicy_to_vars(policy)["vars"]["gfd_use_node_feature_api"] is expected
+    policy["spec"]["gfd"]["env"][0]["value"] = "yes please"
+    with pytest.raises(AnsibleFilterError, match=name + r".*must be a boolean"):
+        f.clusterpolicy_to_vars(policy)
+
+
 @pytest.mark.parametrize("value, expected", [("false", False), ("True", True), (" FALSE ", False)])
 def test_gfd_fail_on_init_error_env(value, expected):
     policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {
