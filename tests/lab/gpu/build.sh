@@ -9,10 +9,14 @@
 #                                                through dlopen); packed as a release-shaped archive the
 #                                                container_toolkit role installs from (the air-gapped path)
 #   nvidia-device-plugin, gpu-feature-discovery,
-#   config-manager                            <- github.com/NVIDIA/k8s-device-plugin, patched
-#                                                (patches/*.patch says why): the newest version the Go
-#                                                module proxy serves (the roles pin a newer one: the
-#                                                kubelet node lanes run the built one and say so)
+#   config-manager, mps-control-daemon        <- github.com/NVIDIA/k8s-device-plugin: with DEVICE_PLUGIN_GIT
+#                                                (a git directory holding NVIDIA's public repository: a
+#                                                clone, or a fetched snapshot), the tag DEVICE_PLUGIN_VERSION
+#                                                (default: the version the roles pin) checked against the
+#                                                commit KNOWN_TAGS names, built offline from its vendor/
+#                                                tree; without it, the newest version the Go module proxy
+#                                                serves (v0.17.4), patched (patches/*.patch says why) -- the
+#                                                kubelet node lanes run the built one and say which
 #   nfd-master, nfd-worker                    <- sigs.k8s.io/node-feature-discovery at the version the
 #                                                nfd role pins (plugins/plugin_utils/_components.py)
 #   loopback                                  <- github.com/containernetworking/plugins (the CNI config of
@@ -34,7 +38,14 @@ ROOT=$(cd "$HERE/../../.." && pwd)
 # the containerd 2.x of both lanes is named in plugins/module_utils/_containerd_releases.py only
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-$(python3 "$ROOT/docs/render_data.py" --get containerd.lane)}
 NVIDIA_CTK_VERSION=${NVIDIA_CTK_VERSION:-v1.20.2}
-DEVICE_PLUGIN_VERSION=${DEVICE_PLUGIN_VERSION:-v0.17.4}
+DEVICE_PLUGIN_GIT=${DEVICE_PLUGIN_GIT:-}
+if [[ -n $DEVICE_PLUGIN_GIT ]]; then
+    DEVICE_PLUGIN_VERSION=${DEVICE_PLUGIN_VERSION:-$(python3 "$ROOT/docs/render_data.py" --get components.device_plugin)}
+else
+    DEVICE_PLUGIN_VERSION=${DEVICE_PLUGIN_VERSION:-v0.17.4}
+fi
+# the commit each tag built from a git directory must resolve to (a tag is a name anyone can move)
+declare -A KNOWN_TAGS=([v0.20.0]=1b826acc6af3079d8923bac395c3124b8861a9a6)
 NFD_VERSION=${NFD_VERSION:-$(python3 "$ROOT/docs/render_data.py" --get components.nfd)}
 CNI_PLUGINS_VERSION=${CNI_PLUGINS_VERSION:-v1.10.0}
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
@@ -102,9 +113,44 @@ build_toolkit() {
     done
 }
 
+DP_CMDS=(nvidia-device-plugin gpu-feature-discovery config-manager)
+dp_fresh() { local c; for c in "${DP_CMDS[@]}"; do fresh "$c" "$1" || return 1; done; }
+
+build_device_plugin_git() {  # the pinned tag from a git directory of NVIDIA's repository, offline (vendor/)
+    local v=$DEVICE_PLUGIN_VERSION commit want=${KNOWN_TAGS[$DEVICE_PLUGIN_VERSION]:-} c
+    [[ -n $want ]] || { log "ERROR: no known commit for k8s-device-plugin $v (KNOWN_TAGS)"; exit 1; }
+    commit=$(git --git-dir="$DEVICE_PLUGIN_GIT" rev-parse --verify -q "refs/tags/$v^{commit}") ||
+        { log "ERROR: $DEVICE_PLUGIN_GIT has no tag $v"; exit 1; }
+    [[ $commit == "$want" ]] || { log "ERROR: tag $v is $commit in $DEVICE_PLUGIN_GIT, not $want"; exit 1; }
+    DP_CMDS+=(mps-control-daemon)
+    local s="k8s-device-plugin-$v@$commit"
+    dp_fresh "$s" && return 0
+    log "k8s-device-plugin: building $v from $DEVICE_PLUGIN_GIT ($commit)"
+    local src=$WORK/k8s-device-plugin-git
+    rm -rf "$src"; mkdir -p "$src"
+    # every top-level entry but tests/ (the e2e suite with a vendor tree of its own, not built; a fetched snapshot
+    # may lack its largest files, and git archive reads the whole tree even when given paths): one archive each
+    local mode type obj name
+    while read -r mode type obj name; do
+        [[ $name != tests ]] || continue
+        if [[ $type == tree ]]; then
+            git --git-dir="$DEVICE_PLUGIN_GIT" archive --prefix="$name/" "$obj" | tar -C "$src" -x
+        else
+            git --git-dir="$DEVICE_PLUGIN_GIT" cat-file blob "$obj" >"$src/$name"
+        fi
+    done < <(git --git-dir="$DEVICE_PLUGIN_GIT" ls-tree "$commit")
+    (cd "$src" && for c in "${DP_CMDS[@]}"; do
+        GOFLAGS="-mod=vendor -buildvcs=false" GOPROXY=off CGO_ENABLED=1 nice -n "$NICE" "$GO" build -trimpath \
+            -ldflags "-s -w -X github.com/NVIDIA/k8s-device-plugin/internal/info.version=$v -X github.com/NVIDIA/k8s-device-plugin/internal/info.gitCommit=$commit" \
+            -o "$BIN/$c" "./cmd/$c"
+    done)
+    for c in "${DP_CMDS[@]}"; do stamp "$c" "$s"; done
+}
+
 build_device_plugin() {
+    if [[ -n $DEVICE_PLUGIN_GIT ]]; then build_device_plugin_git; return; fi
     local s="k8s-device-plugin-$DEVICE_PLUGIN_VERSION+$(sha256sum "$HERE"/patches/*.patch | sha256sum | cut -c1-12)"
-    fresh nvidia-device-plugin "$s" && fresh gpu-feature-discovery "$s" && fresh config-manager "$s" && return 0
+    dp_fresh "$s" && return 0
     log "k8s-device-plugin: building ($s)"
     local src=$WORK/k8s-device-plugin
     (cd /tmp && GOFLAGS=-mod=mod "$GO" mod download "github.com/NVIDIA/k8s-device-plugin@$DEVICE_PLUGIN_VERSION")
@@ -116,12 +162,12 @@ build_device_plugin() {
         patch -s -p1 -d "$src" <"$p"
     done
     (cd "$src" && GOFLAGS="-mod=mod -buildvcs=false" "$GO" mod tidy &&
-        for c in nvidia-device-plugin gpu-feature-discovery config-manager; do
+        for c in "${DP_CMDS[@]}"; do
             GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=1 nice -n "$NICE" "$GO" build -trimpath \
                 -ldflags "-s -w -X github.com/NVIDIA/k8s-device-plugin/internal/info.version=$DEVICE_PLUGIN_VERSION" \
                 -o "$BIN/$c" "./cmd/$c"
         done)
-    stamp nvidia-device-plugin "$s"; stamp gpu-feature-discovery "$s"; stamp config-manager "$s"
+    for c in "${DP_CMDS[@]}"; do stamp "$c" "$s"; done
 }
 
 build_nfd() {
@@ -221,6 +267,7 @@ pack() {
         echo "runc=$(runc --version | head -1 | awk '{print $3}')"
         echo "nvidia-container-toolkit=$NVIDIA_CTK_VERSION"
         echo "k8s-device-plugin=$DEVICE_PLUGIN_VERSION"
+        if [[ -n $DEVICE_PLUGIN_GIT ]]; then echo "k8s-device-plugin-commit=${KNOWN_TAGS[$DEVICE_PLUGIN_VERSION]}"; fi
         echo "kubelet=$K8S_VERSION"
         echo "ansible-core=$ANSIBLE_CORE_VERSION"
     } >"$BUNDLE/versions.txt"

@@ -31,7 +31,7 @@ ROOT=$(cd "$HERE/../../.." && pwd)
 KIT=${GPUC_KIT:-$ROOT/.gpu-cluster}
 CACHE=${GPUOPS_CACHE:-$HOME/.cache/gpuops}
 PART_A=(kube etcd containerd ctr containerd-shim-runc-v2)
-PART_B=(nvidia-device-plugin gpu-feature-discovery config-manager nfd-master nfd-worker runc busybox pause loopback)
+PART_B=(nvidia-device-plugin gpu-feature-discovery config-manager mps-control-daemon nfd-master nfd-worker runc busybox pause loopback)
 PART_C=(crio crictl pinns)
 K8S_LINKS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 CRIO_VERSION=${CRIO_VERSION:-v1.34.0}
@@ -51,7 +51,12 @@ pack_part() {  # pack_part <a|b> <binary>...: one xz stream with a dictionary la
     local part=$1; shift
     local t=$KIT/pack-$part b key
     rm -rf "$t"; mkdir -p "$t" "$KIT/$part"
-    for b in "$@"; do cp "$(where "$b")/$b" "$t/"; done
+    for b in "$@"; do
+        # mps-control-daemon: built with the device plugin from a git directory only (DEVICE_PLUGIN_GIT)
+        [[ $b != mps-control-daemon ]] ||
+            [[ $(cat "$CACHE/gpu/stamps/$b" 2>/dev/null) == "$(cat "$CACHE/gpu/stamps/nvidia-device-plugin")" ]] || continue
+        cp "$(where "$b")/$b" "$t/"
+    done
     [[ $part != c ]] || conmon_bundle "$t"
     key=$(cd "$t" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
     if [[ $(cat "$KIT/$part/key" 2>/dev/null) != "$key" || ! -f $KIT/$part/bin.tar.xz ]]; then

@@ -73,10 +73,13 @@ images() {
     for spec in ${KN_IMAGES:-}; do
         role=${spec%%=*} version=${spec#*=}
         case $role in
-        device_plugin)  # one image for the device plugin, GFD and config-manager, as NVIDIA ships them
+        device_plugin)  # one image for the device plugin, GFD, config-manager (and MPS's control daemon where
+            # it was built), as NVIDIA ships them
+            local mps=()
+            [[ ! -x $KN_BIN/mps-control-daemon ]] || mps=(--bin "$KN_BIN/mps-control-daemon")
             "$PYTHON" "$mk" --name "$KN_REGISTRY/nvidia/k8s-device-plugin:$version" --busybox "$KN_BIN/busybox" \
                 --bin "$KN_BIN/nvidia-device-plugin" --bin "$KN_BIN/gpu-feature-discovery" \
-                --bin "$KN_BIN/config-manager" --out "$KN_DIR/images/$role.tar" >&2 ;;
+                --bin "$KN_BIN/config-manager" "${mps[@]}" --out "$KN_DIR/images/$role.tar" >&2 ;;
         nfd)  # NFD's image runs as an unprivileged user (the role's pods say runAsNonRoot)
             "$PYTHON" "$mk" --name "$KN_REGISTRY/nfd/node-feature-discovery:$version" --busybox "$KN_BIN/busybox" \
                 --bin "$KN_BIN/nfd-master" --bin "$KN_BIN/nfd-worker" --user 65534:65534 \

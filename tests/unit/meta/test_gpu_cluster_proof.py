@@ -103,8 +103,8 @@ def test_every_result_names_its_commit_and_gpu():
 
 
 def _lane_versions():
-    """What the lane runs when no passing result says what ran: its vars (the device plugin and GFD images it
-    builds) and, for the rest, the pins (it builds NFD at the nfd role's pin)."""
+    """What the lane runs when no passing result says what ran: the image versions its vars override (none now:
+    it builds every component at its pin) and, for the rest, the pins."""
     with open(LANE_VARS, encoding="utf-8") as f:
         v = yaml.safe_load(f)
     out = {c: _images()[c]["version"] for c in deployed()}

@@ -43,7 +43,8 @@ INV = os.path.join(ROOT, "tests", "lab", "gpu", "cluster", "hosts.yml")
 VARS = os.path.join(ROOT, "tests", "lab", "gpu", "cluster", "vars.yml")
 NODE_SH = os.path.join(ROOT, "tests", "lab", "kubenode", "node.sh")
 POLICY = os.path.join(ROOT, "tests", "lab", "kubenode", "host-network-policy.yaml")
-GFD_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+# GFD v0.18+ writes its labels into this NodeFeature object (the gfd role's default, as the GPU Operator runs it)
+GFD_NODEFEATURE = "nvidia-features-for-" + NODE
 # the image the guide's check names, made on the node from its own files (no registry there)
 CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.6.0-base-ubuntu22.04"
 APPS = ("nfd-master", "nfd-worker", "gpu-feature-discovery", "nvidia-device-plugin-daemonset")
@@ -85,9 +86,28 @@ def recap(out, key):
     return sum(int(m) for m in re.findall(r"\s%s=(\d+)" % key, out.split("PLAY RECAP")[-1])) if "PLAY RECAP" in out else -1
 
 
+def kit_versions():
+    """What part b of the kit was built with (cluster.sh pack's versions.txt): name -> version."""
+    with open(os.path.join(KIT, "b", "versions.txt"), encoding="utf-8") as f:
+        return dict(kv.split("=", 1) for kv in f.read().split() if "=" in kv)
+
+
+def pinned(role):
+    return sh(["python3", os.path.join(ROOT, "docs", "render_data.py"), "--get", "components." + role])[1].strip()
+
+
+# the device plugin and GFD images run at the version the kit built: the roles' pin (built from NVIDIA's repository
+# at that tag), else the newest the Go module proxy serves, passed to site.yml as a user would override an image
+DP_BUILT = kit_versions()["k8s-device-plugin"]
+IMAGE_VARS = [] if DP_BUILT == pinned("device_plugin") == pinned("gfd") else ["-e", json.dumps({
+    "%s_image" % r: {"repository": "nvcr.io/nvidia", "image": "k8s-device-plugin", "version": DP_BUILT}
+    for r in ("device_plugin", "gfd")})]
+
+
 def playbook(name, book, *extra, timeout=300):
     t = time.time()
-    rc, out, err = sh(["ansible-playbook", "-i", INV, os.path.join(ROOT, "playbooks", book), "-e", "@" + VARS, *extra],
+    rc, out, err = sh(["ansible-playbook", "-i", INV, os.path.join(ROOT, "playbooks", book), "-e", "@" + VARS,
+                       *IMAGE_VARS, *extra],
                       timeout=timeout, log=name + ".log")
     with open(os.path.join(OUT, "playbook-times.tsv"), "a", encoding="utf-8") as f:
         f.write("%s\t%d\t%.1f s\n" % (name, rc, time.time() - t))
@@ -186,14 +206,15 @@ def pod_logs(p):
     return out
 
 
-def gfd_file_labels():
-    labels = {}
-    with open(GFD_FILE, encoding="utf-8") as f:
-        for line in f:
-            k, sep, v = line.strip().partition("=")
-            if sep:
-                labels[k] = v
-    return labels
+def gfd_labels():
+    """The labels GFD published: spec.labels of its NodeFeature object ({} while there is none)."""
+    try:
+        obj = custom.get_namespaced_custom_object("nfd.k8s-sigs.io", "v1alpha1", NS, "nodefeatures", GFD_NODEFEATURE)
+    except client.ApiException as e:
+        if e.status == 404:
+            return {}
+        raise
+    return dict((obj.get("spec") or {}).get("labels") or {})
 
 
 def label_diff(want, have, keys):
@@ -226,10 +247,10 @@ def main():
             custom.create_cluster_custom_object("admissionregistration.k8s.io", "v1", plural, doc)
     with open(VARS, encoding="utf-8") as f:
         lane_vars = yaml.safe_load(f)
-    dp_version = lane_vars["device_plugin_image"]["version"]
-    nfd_version = sh(["python3", os.path.join(ROOT, "docs", "render_data.py"), "--get", "components.nfd"])[1].strip()
-    # the component images that ran, by role: what tests/unit/test_gpu_cluster_proof.py holds against the pins
-    STATE["components"] = {"device_plugin": dp_version, "gfd": lane_vars["gfd_image"]["version"], "nfd": nfd_version}
+    dp_version = DP_BUILT
+    nfd_version = pinned("nfd")
+    # the component images that ran, by role: what tests/unit/meta/test_gpu_cluster_proof.py holds against the pins
+    STATE["components"] = {"device_plugin": dp_version, "gfd": dp_version, "nfd": nfd_version}
     os.environ["KN_IMAGES"] = "device_plugin=%s nfd=%s" % (dp_version, nfd_version)
     os.environ["KN_REGISTRY"] = lane_vars["gpuops_registry"]
     rc, _, err = node_sh("images")
@@ -282,8 +303,7 @@ def main():
 
     # ---- labels: GFD's (its file, NFD's record, the Node) against ours ---------------------------------------------
     ours = our_labels()
-    wait("GFD output", lambda: os.path.exists(GFD_FILE), 60)
-    gfd = gfd_file_labels() if os.path.exists(GFD_FILE) else {}
+    gfd = wait("GFD output", gfd_labels, 60) or {}
     n = node()
     node_labels = dict(n.metadata.labels or {})
     nfd_set = set((n.metadata.annotations or {}).get("nfd.node.kubernetes.io/feature-labels", "").split(","))
@@ -291,7 +311,7 @@ def main():
     nfd_names = {k if "/" in k else "feature.node.kubernetes.io/" + k for k in nfd_set if k}
     json.dump({"gfd": gfd, "ours": ours, "node": node_labels, "nfd_set": sorted(nfd_names)},
               open(os.path.join(OUT, "labels.json"), "w"), indent=1, sort_keys=True)
-    gfd_vs_ours("gfd-labels-equal-ours", gfd, ours, "GFD's DaemonSet (its output file) against gpu_facts")
+    gfd_vs_ours("gfd-labels-equal-ours", gfd, ours, "GFD's DaemonSet (its NodeFeature object) against gpu_facts")
     # GFD rewrites its timestamp every sleep interval: the file may be newer than what NFD last put on the Node
     d_node = label_diff(gfd, node_labels, gfd_keys - {"nvidia.com/gfd.timestamp"})
     check("gfd-labels-on-node", gfd_keys and not d_node and gfd_keys <= nfd_names,
@@ -349,8 +369,8 @@ def main():
     check("timeslice-allocatable-4", a4, "label nvidia.com/device-plugin.config=timeslice4: allocatable %s"
           % allocatable_gpu())
     ts_ours = our_labels("timeslice4")
-    wait("GFD sharing labels", lambda: gfd_file_labels().get("nvidia.com/gpu.replicas") == "4", 90, 2)
-    gfd_vs_ours("timeslice-gfd-labels-equal-ours", gfd_file_labels(), ts_ours,
+    wait("GFD sharing labels", lambda: gfd_labels().get("nvidia.com/gpu.replicas") == "4", 90, 2)
+    gfd_vs_ours("timeslice-gfd-labels-equal-ours", gfd_labels(), ts_ours,
                 "GFD relabelled live by its config-manager (time-slicing, replicas 4) against gpu_facts with that config")
     for i in range(4):
         core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ts-%d" % i},
@@ -434,7 +454,7 @@ def diagnose(lane_vars):
     container sees of the driver, and GFD once, so that a crash loop's cause is in the results."""
     cfg = open(os.path.join(KN_DIR, "containerd", "config.toml"), encoding="utf-8").read()
     m = re.search(r'BinaryName\s*=\s*"([^"]*nvidia-container-runtime[^"]*)"', cfg)
-    image = "%s/nvidia/k8s-device-plugin:%s" % (lane_vars["gpuops_registry"], lane_vars["device_plugin_image"]["version"])
+    image = "%s/nvidia/k8s-device-plugin:%s" % (lane_vars["gpuops_registry"], DP_BUILT)
     script = ("ls -la /dev/nvidia* ; ls /usr/local/nvidia/lib64 | head -30; env | sort; grep -i nvidia /proc/self/mountinfo | "
               "head -20; gpu-feature-discovery --oneshot --output-file=/tmp/gfd 2>&1 | tail -30; cat /tmp/gfd; "
               "timeout 10 nvidia-device-plugin 2>&1 | tail -30")
@@ -478,7 +498,7 @@ def finish():
     after = gpu_settings()
     check("gpu-settings-unchanged", after == STATE.get("settings"), after)
     failed = [c["name"] for c in CHECKS if not c["ok"]]
-    versions = dict(kv.split("=", 1) for kv in open(os.path.join(KIT, "b", "versions.txt")).read().split() if "=" in kv)
+    versions = kit_versions()
     if STATE.get("crio"):
         versions["crio"] = STATE["crio"]
     summary = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": os.environ.get("GPUC_COMMIT", ""),
