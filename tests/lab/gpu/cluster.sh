@@ -167,7 +167,7 @@ run() {
     rm -rf "$KIT/results"; mkdir -p "$KIT/results"
     export GPUC_RESULTS=$KIT/results
     set +e
-    PYTHONUNBUFFERED=1 timeout "${GPUC_BUDGET:-500}" python3 "$HERE/cluster/lane.py" 2>&1 | tee "$KIT/results/lane.log"
+    PYTHONUNBUFFERED=1 GPUC_BUDGET=${GPUC_BUDGET:-500} timeout "${GPUC_BUDGET:-500}" python3 "$HERE/cluster/lane.py" 2>&1 | tee "$KIT/results/lane.log"
     local rc=${PIPESTATUS[0]}
     set -e
     stop_all

@@ -51,8 +51,22 @@ APPS = ("nfd-master", "nfd-worker", "gpu-feature-discovery", "nvidia-device-plug
 SETTINGS_Q = ("uuid,name,pci.bus_id,driver_version,mig.mode.current,mig.mode.pending,compute_mode,persistence_mode,"
               "ecc.mode.current,power.limit,clocks.applications.graphics,clocks.applications.memory")
 T0 = time.time()
+# the seconds lane.py has (cluster.sh kills it at GPUC_BUDGET): steps that do not fit are skipped, each a failed
+# check that says so, and the uninstall, the teardown and the summary always run
+BUDGET = int(os.environ.get("GPUC_BUDGET", "500"))
+UNINSTALL_S = 100  # what the uninstall, the teardown and finish() take (measured: ~70 s)
 CHECKS = []
 STATE = {}  # what finish() reports: the GPU as read before anything ran
+
+
+def time_for(step, seconds):
+    """Whether `seconds` more fit before the budget, the uninstall's share kept; else a failed check says so."""
+    left = BUDGET - (time.time() - T0) - UNINSTALL_S
+    if left >= seconds:
+        return True
+    check(step + "-not-run", False, "%d s left of GPUC_BUDGET=%d before the uninstall, the step needs ~%d s"
+          % (left, BUDGET, seconds))
+    return False
 
 
 def say(msg):
@@ -363,6 +377,8 @@ def main():
           % " | ".join(line.strip() for line in logs.splitlines() if "NVIDIA" in line or "MiB" in line)[:600])
     kubectl("delete", "pod", "nvidia-smi", "--wait=false")
 
+    if not time_for("timeslice", 150):
+        return uninstall(labels_before, containerd_before)
     # ---- time-slicing switched live through the device plugin's config label ---------------------------------------
     kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=timeslice4", "--overwrite")
     a4 = wait("allocatable 4", lambda: allocatable_gpu() == "4", 120, 2)
@@ -397,6 +413,8 @@ def main():
     check("timeslice-back-to-1", a1, "label back to default: allocatable %s" % allocatable_gpu())
     kubectl("label", "node", NODE, "nvidia.com/device-plugin.config-")
 
+    if not time_for("doctor", 100):
+        return uninstall(labels_before, containerd_before)
     # ---- the doctor on the live cluster ---------------------------------------------------------------------------
     rc, out, _ = playbook("doctor-ok", "doctor.yml")
     check("doctor-healthy", rc == 0 and "no problems found" in out, "rc=%d" % rc)
@@ -425,7 +443,53 @@ def main():
     check("site-repairs-dp", rc == 0 and got and allocatable_gpu() == "1",
           "site.yml put the DaemonSet back (rc=%d changed=%d); pod Ready, allocatable %s" % (rc, changed, allocatable_gpu()))
 
+    if time_for("driver-upgrade", 90):
+        driver_upgrade()
     return uninstall(labels_before, containerd_before)
+
+
+def driver_upgrade():
+    """playbooks/driver_upgrade.yml on this node, its driver already the one asked for: the real driver and
+    validator roles, a workload under a PodDisruptionBudget evicted through the eviction API, the node cordoned
+    and uncordoned, the operator's upgrade-state label read back."""
+    state = "nvidia.com/gpu-driver-upgrade-state"
+    labels = {"app": "upgrade-work"}
+    apps.create_namespaced_deployment("default", {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "upgrade-work"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+            "containers": [{"name": "work", "image": CUDA_IMAGE, "command": ["sleep", "3600"]}]}}}})
+    # one node: a PDB that allows one disruption, so the drain evicts through it and does not wait forever
+    client.PolicyV1Api().create_namespaced_pod_disruption_budget("default", {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "upgrade-work"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}}})
+
+    def running():
+        ps = [p for p in core.list_namespaced_pod("default", label_selector="app=upgrade-work").items
+              if p.status.phase == "Running" and not p.metadata.deletion_timestamp]
+        return ps[0] if ps else None
+    before = wait("upgrade workload", running, 60)
+    dp_before = component_pods().get("nvidia-device-plugin-daemonset")
+    rc, out, changed = playbook("driver-upgrade", "driver_upgrade.yml", "-e", json.dumps({
+        "gpu_upgrade_hosts": NODE, "gpu_upgrade_become": False, "gpu_upgrade_drain_timeout": 90,
+        "gpu_upgrade_drain_retry_delay": 1}))
+    after = wait("upgrade workload back", lambda: (lambda p: p if p and before and p.metadata.uid != before.metadata.uid
+                                                     else None)(running()), 60)
+    n = node()
+    dp_after = component_pods().get("nvidia-device-plugin-daemonset")
+    steps = re.findall(r"TASK \[([^\]]*Step [a-z]+)\]", out)
+    check("driver-upgrade", rc == 0 and (n.metadata.labels or {}).get(state) == "upgrade-done"
+          and not n.spec.unschedulable and before is not None and after is not None
+          and dp_before is not None and dp_after is not None and dp_before.metadata.uid == dp_after.metadata.uid,
+          "rc=%d changed=%d; %s=%s; unschedulable=%s; workload pod %s evicted, %s running after the uncordon; device "
+          "plugin pod kept (DaemonSet): %s; steps: %s" % (
+              rc, changed, state, (n.metadata.labels or {}).get(state), n.spec.unschedulable,
+              before and before.metadata.name, after and after.metadata.name,
+              bool(dp_before and dp_after and dp_before.metadata.uid == dp_after.metadata.uid), steps))
+    apps.delete_namespaced_deployment("upgrade-work", "default")
+    client.PolicyV1Api().delete_namespaced_pod_disruption_budget("upgrade-work", "default")
+    # the upgrade's record stays on a Node (as the operator's does); taken off here, so that the uninstall's check
+    # compares the Node with what it was before site.yml
+    kubectl("label", "node", NODE, state + "-")
 
 
 def crio_cdi(uuid):
