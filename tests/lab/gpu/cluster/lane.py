@@ -519,7 +519,9 @@ def diagnose(lane_vars):
     cfg = open(os.path.join(KN_DIR, "containerd", "config.toml"), encoding="utf-8").read()
     m = re.search(r'BinaryName\s*=\s*"([^"]*nvidia-container-runtime[^"]*)"', cfg)
     image = "%s/nvidia/k8s-device-plugin:%s" % (lane_vars["gpuops_registry"], DP_BUILT)
-    script = ("ls -la /dev/nvidia* ; ls /usr/local/nvidia/lib64 | head -30; env | sort; grep -i nvidia /proc/self/mountinfo | "
+    script = ("ls -la /dev/nvidia* ; ls /usr/local/nvidia/lib64 | head -30; env | sort; "
+              # what the loader makes of NVML in this image: every library it needs, found or "not found"
+              "/lib64/ld-linux-x86-64.so.2 --list /usr/local/nvidia/lib64/libnvidia-ml.so.1; grep -i nvidia /proc/self/mountinfo | "
               "head -20; gpu-feature-discovery --oneshot --output-file=/tmp/gfd 2>&1 | tail -30; cat /tmp/gfd; "
               "timeout 10 nvidia-device-plugin 2>&1 | tail -30")
     args = [os.path.join(KN_BIN, "ctr"), "--address", os.path.join(KN_DIR, "run", "containerd.sock"), "-n", "k8s.io",

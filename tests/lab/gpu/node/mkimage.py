@@ -34,6 +34,8 @@ APPLETS = ["sh", "sleep", "cat", "date", "echo", "ls", "grep", "env", "true", "f
 SKIP_STDLIB = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data",
                "site-packages", "dist-packages", "config-3")
 LOADER = "/lib64/ld-linux-x86-64.so.2"
+# glibc's libraries beside libc.so.6 that a base image carries and the driver's libraries are linked against
+GLIBC_BASE = ("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "libresolv.so.2")
 
 
 def needed_libs(paths):
@@ -178,12 +180,21 @@ def build_component(args):
         layer.link("usr/bin/" + a, "busybox")
     for b in args.bin:
         layer.host_file(b, "usr/bin/" + os.path.basename(b))
-    # the device plugin and GFD are cgo builds (NVML through dlopen): glibc and the loader come along
-    for lib in sorted(needed_libs(args.bin)):
+    # the device plugin and GFD are cgo builds that dlopen NVML: glibc and the loader come along, and with them the
+    # rest of glibc a base image has (NVIDIA's distroless base does) -- libnvidia-ml needs libm, libdl, libpthread
+    # and librt, and without them its dlopen fails as ERROR_LIBRARY_NOT_FOUND
+    libs = needed_libs(args.bin)
+    libc = next((lib for lib in libs if os.path.basename(lib) == "libc.so.6"), None)
+    if libc:
+        libs |= {os.path.join(os.path.dirname(libc), n) for n in GLIBC_BASE
+                 if os.path.exists(os.path.join(os.path.dirname(libc), n))}
+    for lib in sorted(libs):
         layer.host_file(lib)
         real = os.path.realpath(lib)
         if real != lib:
             layer.host_file(real)
+    # where the nvidia runtime's update-ldcache hook and the loader find the driver's libraries (as in the pod image)
+    layer.file("etc/ld.so.conf", b"/usr/local/nvidia/lib64\n")
     layer.file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
     layer.file("etc/group", b"root:x:0:\nnogroup:x:65534:\n")
     return layer.bytes(), len(layer.names)
