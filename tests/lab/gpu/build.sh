@@ -130,14 +130,14 @@ build_device_plugin_git() {  # the pinned tag from a git directory of NVIDIA's r
     rm -rf "$src"; mkdir -p "$src"
     # every top-level entry but tests/ (the e2e suite with a vendor tree of its own, not built; a fetched snapshot
     # may lack its largest files, and git archive reads the whole tree even when given paths): one archive each
-    local mode type obj name
-    while read -r mode type obj name; do
+    local _mode type obj name
+    while read -r _mode type obj name; do
         [[ $name != tests ]] || continue
-        if [[ $type == tree ]]; then
-            git --git-dir="$DEVICE_PLUGIN_GIT" archive --prefix="$name/" "$obj" | tar -C "$src" -x
-        else
-            git --git-dir="$DEVICE_PLUGIN_GIT" cat-file blob "$obj" >"$src/$name"
-        fi
+        case $type in
+            tree) git --git-dir="$DEVICE_PLUGIN_GIT" archive --prefix="$name/" "$obj" | tar -C "$src" -x ;;
+            blob) git --git-dir="$DEVICE_PLUGIN_GIT" cat-file blob "$obj" >"$src/$name" ;;
+            *) log "ERROR: $name in $v is a $type (a submodule?): this build takes trees and files only"; exit 1 ;;
+        esac
     done < <(git --git-dir="$DEVICE_PLUGIN_GIT" ls-tree "$commit")
     (cd "$src" && for c in "${DP_CMDS[@]}"; do
         GOFLAGS="-mod=vendor -buildvcs=false" GOPROXY=off CGO_ENABLED=1 nice -n "$NICE" "$GO" build -trimpath \
