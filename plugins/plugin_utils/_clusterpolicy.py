@@ -96,7 +96,7 @@ VARIABLES = frozenset([
     "container_toolkit_runtime_name", "container_toolkit_set_as_default", "container_toolkit_version",
     "runtime_class_handlers",
     "device_plugin_default_config", "gfd_default_config", "gfd_fail_on_init_error", "gfd_sleep_interval",
-    "gfd_use_node_feature_api",
+    "gfd_use_node_feature_api", "device_plugin_mps_root",
     "dcgm_exporter_metrics", "dcgm_exporter_port", "dcgm_exporter_service_monitor",
     "dcgm_exporter_service_monitor_interval", "dcgm_exporter_service_monitor_labels", "dcgm_exporter_service_type",
     "mig_manager_cdi_enabled", "mig_manager_default_config", "mig_manager_gpu_clients", "mig_manager_with_reboot",
@@ -975,10 +975,11 @@ def _device_plugin(m, disabled):
         "MIG_STRATEGY": mig_env,
     }
     m.common(key, "device_plugin", env_handlers=handlers)
-    if m.has(key + ".mps.root"):
-        root = m.get(key + ".mps.root")
-        if root != "/run/nvidia/mps":
-            m.skip(key + ".mps.root", root, "the MPS root is fixed at /run/nvidia/mps by gpuops.nvidia's manifests")
+    if m.has(key + ".mps.root") and not _empty(m.get(key + ".mps.root")):
+        root = _host_path(m.get(key + ".mps.root"), key + ".mps.root").rstrip("/")
+        if not root:
+            raise ClusterPolicyError("%s.mps.root must be a directory below /, got '/'" % key)
+        m.set("device_plugin_mps_root", root, key + ".mps.root")
     if flags:
         if configs is None and not _empty(name):
             for value, path in flags.values():

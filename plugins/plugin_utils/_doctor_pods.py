@@ -45,6 +45,9 @@ class DoctorPodsInputError(InputError):
 # app label -> (role, deploy label or None, words for a person, kind: Deployment or DaemonSet)
 COMPONENTS = {
     "nvidia-device-plugin-daemonset": ("device_plugin", "nvidia.com/gpu.deploy.device-plugin", "device plugin", "DaemonSet"),
+    # its nodeSelector also asks for the device plugin's deploy label (REQUIRES below)
+    "nvidia-device-plugin-mps-control-daemon": ("device_plugin", "nvidia.com/mps.capable", "MPS control daemon",
+                                                "DaemonSet"),
     "gpu-feature-discovery": ("gfd", "nvidia.com/gpu.deploy.gpu-feature-discovery", "GPU feature discovery", "DaemonSet"),
     "nvidia-dcgm-exporter": ("dcgm_exporter", "nvidia.com/gpu.deploy.dcgm-exporter", "DCGM exporter", "DaemonSet"),
     "nvidia-mig-manager": ("mig_manager", "nvidia.com/gpu.deploy.mig-manager", "MIG manager", "DaemonSet"),
@@ -56,6 +59,8 @@ COMPONENTS = {
     "nfd-worker": ("nfd", None, "NFD worker", "DaemonSet"),      # no deploy label: runs on every node
     "nfd-master": ("nfd", None, "NFD master", "Deployment"),     # reported only when it runs on this node
 }
+# further labels a component's nodeSelector asks for, beside its own
+REQUIRES = {"nvidia-device-plugin-mps-control-daemon": ("nvidia.com/gpu.deploy.device-plugin",)}
 
 #: the node's one GPU workload kind, as the GPU Operator reads it (no label: its default, container)
 WORKLOAD_LABEL = "nvidia.com/gpu.workload.config"
@@ -499,7 +504,8 @@ def pod_findings(pods, nodes, node_name, namespace=None, pods_error=None, worklo
         present = {p["app"] for p in here}
         ns = ns_given or (here[0]["namespace"] if here else "")
         for app, (_role, label, _words, _kind) in COMPONENTS.items():
-            if label and labels.get(label) == "true" and app not in present:
+            if label and labels.get(label) == "true" and app not in present \
+                    and all(labels.get(r) == "true" for r in REQUIRES.get(app, ())):
                 findings.append(_missing(app, node, ns))
 
     findings.sort(key=lambda f: _SEVERITY[f["severity"]])  # stable: pods by name, then components in order

@@ -123,7 +123,10 @@ build_device_plugin_git() {  # the pinned tag from a git directory of NVIDIA's r
         { log "ERROR: $DEVICE_PLUGIN_GIT has no tag $v"; exit 1; }
     [[ $commit == "$want" ]] || { log "ERROR: tag $v is $commit in $DEVICE_PLUGIN_GIT, not $want"; exit 1; }
     DP_CMDS+=(mps-control-daemon)
-    local s="k8s-device-plugin-$v@$commit"
+    # the lane's patches for this version (patches/*.patch says why), part of the stamp
+    local patches=("$HERE"/patches/k8s-device-plugin-"$v"-*.patch)
+    [[ -e ${patches[0]} ]] || patches=()
+    local s="k8s-device-plugin-$v@$commit${patches:++$(cat "${patches[@]}" | sha256sum | cut -c1-12)}"
     dp_fresh "$s" && return 0
     log "k8s-device-plugin: building $v from $DEVICE_PLUGIN_GIT ($commit)"
     local src=$WORK/k8s-device-plugin-git
@@ -139,6 +142,7 @@ build_device_plugin_git() {  # the pinned tag from a git directory of NVIDIA's r
             *) log "ERROR: $name in $v is a $type (a submodule?): this build takes trees and files only"; exit 1 ;;
         esac
     done < <(git --git-dir="$DEVICE_PLUGIN_GIT" ls-tree "$commit")
+    for p in "${patches[@]}"; do patch -s -p1 -d "$src" <"$p"; done
     (cd "$src" && for c in "${DP_CMDS[@]}"; do
         GOFLAGS="-mod=vendor -buildvcs=false" GOPROXY=off CGO_ENABLED=1 nice -n "$NICE" "$GO" build -trimpath \
             -ldflags "-s -w -X github.com/NVIDIA/k8s-device-plugin/internal/info.version=$v -X github.com/NVIDIA/k8s-device-plugin/internal/info.gitCommit=$commit" \
@@ -149,7 +153,7 @@ build_device_plugin_git() {  # the pinned tag from a git directory of NVIDIA's r
 
 build_device_plugin() {
     if [[ -n $DEVICE_PLUGIN_GIT ]]; then build_device_plugin_git; return; fi
-    local s="k8s-device-plugin-$DEVICE_PLUGIN_VERSION+$(sha256sum "$HERE"/patches/*.patch | sha256sum | cut -c1-12)"
+    local s="k8s-device-plugin-$DEVICE_PLUGIN_VERSION+$(sha256sum "$HERE"/patches/k8s-device-plugin-"$DEVICE_PLUGIN_VERSION"-*.patch | sha256sum | cut -c1-12)"
     dp_fresh "$s" && return 0
     log "k8s-device-plugin: building ($s)"
     local src=$WORK/k8s-device-plugin

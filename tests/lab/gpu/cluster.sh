@@ -106,6 +106,8 @@ pack() {
     {
         cat "$ROOT/.gpu-bundle/versions.txt"
         echo "nfd=$(python3 "$ROOT/docs/render_data.py" --get components.nfd)"
+        # how the device plugin's binaries were built (build.sh's stamp: version@commit, +patches' hash)
+        echo "k8s-device-plugin-build=$(cat "$CACHE/gpu/stamps/mps-control-daemon" 2>/dev/null || echo none)"
         echo "kubernetes=$(sed -n 's/^K8S_VERSION=\${K8S_VERSION:-\(.*\)}$/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
         echo "etcd=$(sed -n 's/^ETCD_VERSION=\${ETCD_VERSION:-\([^}]*\)}.*/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
     } >"$c/versions.txt"

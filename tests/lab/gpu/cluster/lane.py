@@ -413,6 +413,9 @@ def main():
     check("timeslice-back-to-1", a1, "label back to default: allocatable %s" % allocatable_gpu())
     kubectl("label", "node", NODE, "nvidia.com/device-plugin.config-")
 
+    if time_for("mps", 170):
+        mps_step()
+
     if not time_for("doctor", 100):
         return uninstall(labels_before, containerd_before)
     # ---- the doctor on the live cluster ---------------------------------------------------------------------------
@@ -446,6 +449,72 @@ def main():
     if time_for("driver-upgrade", 90):
         driver_upgrade()
     return uninstall(labels_before, containerd_before)
+
+
+def mps_step():
+    """MPS through NVIDIA's MPS control daemon: the node switched live to config mps2 (sharing.mps, 2 replicas);
+    GFD relabels it (nvidia.com/mps.capable=true and the rest, against ours); the device_plugin role's MPS
+    DaemonSet puts its pod there and the daemon starts an MPS control daemon on the host; the device plugin
+    advertises 2; two pods asking for nvidia.com/gpu: 1 run the CUDA check at once as MPS clients (an
+    nvidia-cuda-mps-server on the host while they run); the label back to default takes the MPS pod away
+    and no MPS process is left.  The lane's mps-control-daemon leaves the compute mode as it is
+    (patches/k8s-device-plugin-v0.20.0-keep-compute-mode.patch): the final check holds the GPU's settings."""
+    build = kit_versions().get("k8s-device-plugin-build", "")
+    if "+" not in build:  # a build without the lane's patch would set EXCLUSIVE_PROCESS: never run it here
+        check("mps-not-run", False, "the kit's mps-control-daemon (%s) is not the lane's build that leaves the compute "
+              "mode as it is: rebuild the kit (DEVICE_PLUGIN_GIT=... make gpu-cluster-kit)" % build)
+        return
+    mps_app = "nvidia-device-plugin-mps-control-daemon"
+    kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=mps2", "--overwrite")
+    capable = wait("mps.capable", lambda: (node().metadata.labels or {}).get("nvidia.com/mps.capable") == "true", 90, 2)
+    mps_pod = wait("MPS daemon pod", lambda: pods_ready((mps_app,)), 120, 2)
+    mps_pod = mps_pod and mps_pod[mps_app]
+    check("mps-daemon-pod-ready", capable and mps_pod is not None,
+          "GFD labelled nvidia.com/mps.capable=%s; %s pod %s" % (
+              (node().metadata.labels or {}).get("nvidia.com/mps.capable"), mps_app,
+              mps_pod and (mps_pod.metadata.name, mps_pod.status.phase, restarts(mps_pod))))
+    a2 = wait("allocatable 2", lambda: allocatable_gpu() == "2", 120, 2)
+    check("mps-allocatable-2", a2, "label nvidia.com/device-plugin.config=mps2: allocatable %s" % allocatable_gpu())
+    wait("GFD MPS labels", lambda: gfd_labels().get("nvidia.com/gpu.replicas") == "2", 60, 2)
+    gfd_vs_ours("mps-gfd-labels-equal-ours", gfd_labels(), our_labels("mps2"),
+                "GFD relabelled live by its config-manager (MPS, replicas 2) against gpu_facts with that config")
+    for i in range(2):
+        core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mps-%d" % i},
+                                               "spec": {"restartPolicy": "Never", "containers": [{
+                                                   "name": "cuda", "image": CUDA_IMAGE, "command": [
+                                                       "sh", "-c", "date +START%s.%N; env | grep ^CUDA_MPS; "
+                                                       "python3 /check/_cuda.py; sleep 20; date +END%s.%N"],
+                                                   "resources": {"limits": {"nvidia.com/gpu": 1}}}]}})
+    def mps_server():
+        procs = sh(["pgrep", "-a", "nvidia-cuda-mps"])[1].strip()
+        return procs if "nvidia-cuda-mps-server" in procs else None
+    servers = wait("MPS server", mps_server, 60, 1)
+    wait("mps pods", lambda: all(pod_phase("mps-%d" % i) in ("Succeeded", "Failed") for i in range(2)), 120, 2)
+    spans = {}
+    for i in range(2):
+        name = "mps-%d" % i
+        log = core.read_namespaced_pod_log(name, "default") if pod_phase(name) else ""
+        open(os.path.join(OUT, "pod-%s.log" % name), "w").write(log)
+        s_ = re.search(r"START(\d+\.\d+)", log)
+        e_ = re.search(r"END(\d+\.\d+)", log)
+        spans[name] = {"phase": pod_phase(name), "start": s_ and float(s_.group(1)), "end": e_ and float(e_.group(1)),
+                       "zero_mismatches": " 0 mismatches" in log,
+                       "pipe": (re.findall(r"^CUDA_MPS_PIPE_DIRECTORY=(.*)$", log, re.M) or [None])[0]}
+    together = all(v["start"] and v["end"] and v["zero_mismatches"] and v["phase"] == "Succeeded" and v["pipe"]
+                   for v in spans.values()) and max(v["start"] for v in spans.values()) < min(v["end"] for v in spans.values())
+    check("mps-two-pods-at-once", together and bool(servers),
+          "%s; on the host while they ran: %s" % (spans, servers))
+    for i in range(2):
+        core.delete_namespaced_pod("mps-%d" % i, "default")
+    kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=default", "--overwrite")
+    a1 = wait("allocatable 1", lambda: allocatable_gpu() == "1", 120, 2)
+    gone = wait("MPS pod gone", lambda: mps_app not in component_pods(), 90, 2)
+    left = wait("MPS processes gone", lambda: not sh(["pgrep", "-a", "nvidia-cuda-mps"])[1].strip() or None, 30, 1)
+    check("mps-back-to-default", a1 and gone and left is not None,
+          "label back to default: allocatable %s, nvidia.com/mps.capable=%s, MPS pod gone %s, MPS processes left: %s"
+          % (allocatable_gpu(), (node().metadata.labels or {}).get("nvidia.com/mps.capable"), bool(gone),
+             sh(["pgrep", "-a", "nvidia-cuda-mps"])[1].strip() or "none"))
+    kubectl("label", "node", NODE, "nvidia.com/device-plugin.config-")
 
 
 def driver_upgrade():
@@ -559,7 +628,7 @@ def finish():
     sh(["bash", os.path.join(ROOT, "tests", "lab", "cluster", "down.sh"), "--purge"], log="down.log")
     time.sleep(1)
     rc, left, _ = sh(["sh", "-c", "pgrep -af 'containerd|kubelet|kube-apiserver|etcd|nvidia-device-plugin|"
-                                  "gpu-feature-discovery|nfd-|config-manager|/pause|svcproxy' | grep -v pgrep"])
+                                  "gpu-feature-discovery|nfd-|config-manager|mps-control-daemon|nvidia-cuda-mps|/pause|svcproxy' | grep -v pgrep"])
     check("no-daemon-left", not left.strip(), left.strip() or "none running")
     after = gpu_settings()
     check("gpu-settings-unchanged", after == STATE.get("settings"), after)

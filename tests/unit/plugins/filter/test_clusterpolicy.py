@@ -599,3 +599,18 @@ def test_group_vars_refuse_a_variable_the_import_does_not_write():
     result["vars"]["ansible_become_exe"] = "/bin/sh"
     with pytest.raises(AnsibleFilterError, match="'ansible_become_exe' is not a variable the ClusterPolicy import writes"):
         f.clusterpolicy_group_vars(result)
+
+
+@pytest.mark.parametrize("root, expected", [("/run/nvidia/mps", "/run/nvidia/mps"), ("/var/lib/mps/", "/var/lib/mps")])
+def test_device_plugin_mps_root(root, expected):
+    policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {
+        "devicePlugin": {"mps": {"root": root}}}}
+    assert f.clusterpolicy_to_vars(policy)["vars"]["device_plugin_mps_root"] == expected
+
+
+@pytest.mark.parametrize("root", ["/", "run/mps", "/run/../etc", "/run/mps\n", "/run/{{ x }}", ["/run"]])
+def test_device_plugin_mps_root_refused(root):
+    policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {
+        "devicePlugin": {"mps": {"root": root}}}}
+    with pytest.raises(AnsibleFilterError, match=r"devicePlugin\.mps\.root must be"):
+        f.clusterpolicy_to_vars(policy)

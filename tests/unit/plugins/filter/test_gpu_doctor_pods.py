@@ -120,9 +120,12 @@ def test_the_component_labels_are_those_the_roles_render():
             for doc in text.split("\n---"):
                 app = re.search(r"selector: \{matchLabels: \{app: ([a-z0-9-]+)\}\}", doc)
                 if app and re.search(r"^kind: (DaemonSet|Deployment)$", doc, re.M):
-                    sel = re.search(r"nodeSelector: \{(nvidia\.com/gpu\.deploy\.[a-z-]+): \"true\"\}", doc)
-                    rendered[app.group(1)] = (role, sel.group(1) if sel else None)
-    assert {app: (role, label) for app, (role, label, _w, _k) in dp.COMPONENTS.items()} == rendered
+                    sel = re.search(r"nodeSelector: \{((?:nvidia\.com/[a-z.-]+: \"true\"(?:, )?)+)\}", doc)
+                    labels = frozenset(re.findall(r"(nvidia\.com/[a-z.-]+): \"true\"", sel.group(1))) if sel else frozenset()
+                    rendered[app.group(1)] = (role, labels)
+    # each component's deploy label and the further labels its nodeSelector asks for (REQUIRES)
+    assert {app: (role, frozenset(([label] if label else []) + list(dp.REQUIRES.get(app, ()))))
+            for app, (role, label, _w, _k) in dp.COMPONENTS.items()} == rendered
 
 
 # --- crash loops ----------------------------------------------------------------------------------------
@@ -302,6 +305,24 @@ def test_missing_needs_the_label_true_and_the_node_in_the_list():
     everything = run([], nodes=[node(labels=all_deploy_labels())])
     assert sorted(f["detail"]["component"] for f in everything["findings"]) == sorted(a for a, (_c, label) in APPS.items() if label)
     assert {f["id"] for f in everything["findings"]} == {"component-pod-missing"}
+
+
+def test_mps_daemon_missing_only_where_both_of_its_labels_ask_for_it():
+    mps = {"nvidia.com/mps.capable": "true"}
+    out = run(healthy_pods(), nodes=[node(labels=dict(all_deploy_labels(), **mps))])
+    assert ids(out) == [("component-pod-missing", "error")]
+    f = out["findings"][0]
+    assert f["summary"] == "node gpu-p02 has nvidia.com/mps.capable=true but no MPS control daemon pod runs on it"
+    assert "DaemonSet nvidia-device-plugin-mps-control-daemon" in f["remediation"]
+    assert f["detail"]["component"] == "nvidia-device-plugin-mps-control-daemon"
+    # its nodeSelector also asks for the device plugin's deploy label: without it, no pod is wanted there
+    no_dp = dict(all_deploy_labels(), **mps)
+    no_dp["nvidia.com/gpu.deploy.device-plugin"] = "false"
+    assert run(healthy_pods(), nodes=[node(labels=no_dp)])["findings"] == []
+    # with its pod there, nothing
+    mps_pod = pod("nvidia-device-plugin-mps-control-daemon", name="mps-p02",
+                  containers=[container_status("mps-control-daemon-ctr")])
+    assert run(healthy_pods() + [mps_pod], nodes=[node(labels=dict(all_deploy_labels(), **mps))])["findings"] == []
 
 
 def test_pods_on_other_nodes_are_ignored_and_do_not_count_for_this_one():

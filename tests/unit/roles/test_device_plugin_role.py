@@ -1,0 +1,99 @@
+"""roles/device_plugin rendered as Ansible renders it: NVIDIA's MPS control daemon beside the device plugin
+(the GPU Operator's state-mps-control-daemon, same image, service account and named configs), on the nodes GFD
+labels nvidia.com/mps.capable=true, and the MPS root both of them and the plugin's clients share."""
+from __future__ import annotations
+
+import pytest
+from role_render import Role, by_kind
+
+ROLE = Role("device_plugin")
+MPS = "nvidia-device-plugin-mps-control-daemon"
+
+
+def render(**overrides):
+    base = {"_device_plugin_config": {"data": {"default": "version: v1\n"}}}
+    return ROLE.render("device_plugin.yaml.j2", **dict(base, **overrides))
+
+
+def spec(objs, name):
+    return by_kind(objs, "DaemonSet", name)["spec"]["template"]["spec"]
+
+
+def container(pod, name, init=False):
+    return next(c for c in pod["initContainers" if init else "containers"] if c["name"] == name)
+
+
+def env(c):
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env", [])}
+
+
+def test_mps_daemon_on_mps_capable_device_plugin_nodes_only():
+    objs = render()
+    pod = spec(objs, MPS)
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.deploy.device-plugin": "true", "nvidia.com/mps.capable": "true"}
+    assert pod["hostPID"] is True
+    assert pod["serviceAccountName"] == "nvidia-device-plugin"
+    dp_image = container(spec(objs, "nvidia-device-plugin-daemonset"), "nvidia-device-plugin")["image"]
+    images = {c["image"] for c in pod["initContainers"] + pod["containers"]}
+    assert images == {dp_image}, "the MPS daemon, its mounts and its config-manager: the device plugin's image"
+    assert pod["runtimeClassName"] == "nvidia"
+
+
+def test_mps_daemon_containers_as_the_operator_runs_them():
+    pod = spec(render(), MPS)
+    assert [c["name"] for c in pod["initContainers"]] == ["mps-control-daemon-mounts", "config-manager-init"]
+    mounts = container(pod, "mps-control-daemon-mounts", init=True)
+    assert mounts["command"] == ["mps-control-daemon", "mount-shm"]
+    assert mounts["volumeMounts"] == [{"name": "mps-root", "mountPath": "/mps", "mountPropagation": "Bidirectional"}]
+    assert mounts["securityContext"] == {"privileged": True}
+    daemon = container(pod, "mps-control-daemon-ctr")
+    e = env(daemon)
+    assert daemon["command"] == ["mps-control-daemon"]
+    assert e["CONFIG_FILE"] == "/config/config.yaml"
+    assert e["NVIDIA_VISIBLE_DEVICES"] == "all" and e["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
+    assert e["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert {m["mountPath"]: m["name"] for m in daemon["volumeMounts"]} == {
+        "/dev/shm": "mps-shm", "/mps": "mps-root", "/available-configs": "available-configs", "/config": "config"}
+    sidecar = env(container(pod, "config-manager"))
+    assert sidecar["ONESHOT"] == "false" and sidecar["SIGNAL"] == "1"
+    assert sidecar["PROCESS_TO_SIGNAL"] == "/usr/bin/mps-control-daemon"
+    assert sidecar["NODE_LABEL"] == "nvidia.com/device-plugin.config"
+    init = env(container(pod, "config-manager-init", init=True))
+    assert init["ONESHOT"] == "true" and init["SEND_SIGNAL"] == "false"
+
+
+@pytest.mark.parametrize("root", ["/run/nvidia/mps", "/var/lib/gpu-mps"])
+def test_one_mps_root_for_the_daemon_the_plugin_and_its_clients(root):
+    objs = render(device_plugin_mps_root=root)
+    for name in (MPS, "nvidia-device-plugin-daemonset"):
+        vols = {v["name"]: v["hostPath"] for v in spec(objs, name)["volumes"] if "hostPath" in v}
+        assert vols["mps-root"] == {"path": root, "type": "DirectoryOrCreate"}
+        assert vols["mps-shm"] == {"path": root + "/shm", "type": "DirectoryOrCreate"}
+    plugin = container(spec(objs, "nvidia-device-plugin-daemonset"), "nvidia-device-plugin")
+    assert env(plugin)["MPS_ROOT"] == root  # the host path of the pipes the plugin mounts into its clients
+    assert {"name": "mps-shm", "mountPath": "/dev/shm"} in plugin["volumeMounts"]
+
+
+def mps_root_ok(root):
+    """Whether the role's check of the MPS root (tasks/prepare.yml) holds for this value, as Ansible evaluates it."""
+    task = ROLE.task("prepare.yml", "Check the MPS root")
+    templar = ROLE.templar(device_plugin_mps_root=root)
+    return all(templar.evaluate_conditional(c) for c in task["ansible.builtin.assert"]["that"])
+
+
+@pytest.mark.parametrize("root", ["relative/mps", "/run/nvidia/mps/", "/run/../etc", "/run/nvidia/mps\n",
+                                  "/run/{{ lookup('pipe', 'id') }}", "/run/nvidia mps", "/", "/run/$(id)", 7, ""])
+def test_bad_mps_root_refused(root):
+    assert not mps_root_ok(root)
+
+
+@pytest.mark.parametrize("root", ["/run/nvidia/mps", "/var/lib/gpu-mps", "/run/nvidia/mps.d/x_1"])
+def test_mps_root_accepted(root):
+    assert mps_root_ok(root)
+
+
+def test_mps_root_message_names_the_variable():
+    task = ROLE.task("prepare.yml", "Check the MPS root")
+    msg = ROLE.templar(device_plugin_mps_root="/run/\"x").template(task["ansible.builtin.assert"]["fail_msg"])
+    assert msg.startswith("device_plugin_mps_root must be an absolute directory path")
+    assert '"/run/\\"x"' in msg  # the value shown as JSON, quoted
