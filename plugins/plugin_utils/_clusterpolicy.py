@@ -96,7 +96,7 @@ VARIABLES = frozenset([
     "container_toolkit_runtime_name", "container_toolkit_set_as_default", "container_toolkit_version",
     "runtime_class_handlers",
     "device_plugin_default_config", "gfd_default_config", "gfd_fail_on_init_error", "gfd_sleep_interval",
-    "gfd_use_node_feature_api", "device_plugin_mps_root",
+    "gfd_use_node_feature_api", "device_plugin_mps_root", "validator_driver_install_dir", "validator_dev_char_symlinks",
     "dcgm_exporter_metrics", "dcgm_exporter_port", "dcgm_exporter_service_monitor",
     "dcgm_exporter_service_monitor_interval", "dcgm_exporter_service_monitor_labels", "dcgm_exporter_service_type",
     "mig_manager_cdi_enabled", "mig_manager_default_config", "mig_manager_gpu_clients", "mig_manager_with_reboot",
@@ -1207,6 +1207,8 @@ def _validator(m):
         for name, value, path in m.env("validator.%s.env" % sub):
             if name == "WITH_WORKLOAD" and sub in ("plugin", "cuda") and isinstance(value, str):
                 with_workload(value, path)
+            elif name == "DISABLE_DEV_CHAR_SYMLINK_CREATION" and sub == "driver" and isinstance(value, str):
+                m.set("validator_dev_char_symlinks", not _bool(value, path), path)
             else:
                 m.skip(path, value, WHY_ENV)
 
@@ -1279,13 +1281,16 @@ def _others(m):
     if value is not None and _bool(value, "psa.enabled"):
         m.set("gpuops_k8s_namespace_psa", True, "psa.enabled")
     hp = "hostPaths"
-    for f, default, var in (("rootFS", "/", None), ("driverInstallDir", "/run/nvidia/driver", None),
+    for f, default, var in (("rootFS", "/", None), ("driverInstallDir", "/run/nvidia/driver", "validator_driver_install_dir"),
                             ("kubeletRootDir", "/var/lib/kubelet", "validator_node_kubelet_dir")):
         value = m.get("%s.%s" % (hp, f))
         if _empty(value):
             continue
         if var:
-            m.set(var, _host_path(value, "%s.%s" % (hp, f)), "%s.%s" % (hp, f))
+            path = _host_path(value, "%s.%s" % (hp, f))
+            if path != "/":
+                path = path.rstrip("/")
+            m.set(var, path, "%s.%s" % (hp, f))
         elif value != default:
             m.skip("%s.%s" % (hp, f), value, "host paths of the operator's containers; gpuops.nvidia works on the "
                    "hosts themselves (driver under /, toolkit in /usr/bin)")

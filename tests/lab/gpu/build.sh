@@ -17,6 +17,10 @@
 #                                                tree; without it, the newest version the Go module proxy
 #                                                serves (v0.17.4), patched (patches/*.patch says why) -- the
 #                                                kubelet node lanes run the built one and say which
+#   nvidia-validator, validator-manifests/   <- github.com/NVIDIA/gpu-operator with GPU_OPERATOR_GIT (a git
+#                                                directory of NVIDIA's repository), the validator role's pin
+#                                                checked against KNOWN_OPERATOR_TAGS, offline from its vendor/
+#                                                tree (the GPU cluster lane's validator image); else not built
 #   nfd-master, nfd-worker                    <- sigs.k8s.io/node-feature-discovery at the version the
 #                                                nfd role pins (plugins/plugin_utils/_components.py)
 #   loopback                                  <- github.com/containernetworking/plugins (the CNI config of
@@ -44,8 +48,13 @@ if [[ -n $DEVICE_PLUGIN_GIT ]]; then
 else
     DEVICE_PLUGIN_VERSION=${DEVICE_PLUGIN_VERSION:-v0.17.4}
 fi
+# NVIDIA's gpu-operator repository (a git directory): its nvidia-validator and the validator's workload manifests
+# at the validator role's pin, for the GPU cluster lane's validator image; none: no validator there
+GPU_OPERATOR_GIT=${GPU_OPERATOR_GIT:-}
+GPU_OPERATOR_VERSION=${GPU_OPERATOR_VERSION:-$(python3 "$ROOT/docs/render_data.py" --get components.validator)}
 # the commit each tag built from a git directory must resolve to (a tag is a name anyone can move)
 declare -A KNOWN_TAGS=([v0.20.0]=1b826acc6af3079d8923bac395c3124b8861a9a6)
+declare -A KNOWN_OPERATOR_TAGS=([v26.7.0]=10ee5b3638b89e11e949412aafa5ba99279c3721)
 NFD_VERSION=${NFD_VERSION:-$(python3 "$ROOT/docs/render_data.py" --get components.nfd)}
 CNI_PLUGINS_VERSION=${CNI_PLUGINS_VERSION:-v1.10.0}
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
@@ -133,15 +142,7 @@ build_device_plugin_git() {  # the pinned tag from a git directory of NVIDIA's r
     rm -rf "$src"; mkdir -p "$src"
     # every top-level entry but tests/ (the e2e suite with a vendor tree of its own, not built; a fetched snapshot
     # may lack its largest files, and git archive reads the whole tree even when given paths): one archive each
-    local _mode type obj name
-    while read -r _mode type obj name; do
-        [[ $name != tests ]] || continue
-        case $type in
-            tree) git --git-dir="$DEVICE_PLUGIN_GIT" archive --prefix="$name/" "$obj" | tar -C "$src" -x ;;
-            blob) git --git-dir="$DEVICE_PLUGIN_GIT" cat-file blob "$obj" >"$src/$name" ;;
-            *) log "ERROR: $name in $v is a $type (a submodule?): this build takes trees and files only"; exit 1 ;;
-        esac
-    done < <(git --git-dir="$DEVICE_PLUGIN_GIT" ls-tree "$commit")
+    git_tree "$DEVICE_PLUGIN_GIT" "$commit" "$src" tests
     for p in "${patches[@]}"; do patch -s -p1 -d "$src" <"$p"; done
     (cd "$src" && for c in "${DP_CMDS[@]}"; do
         GOFLAGS="-mod=vendor -buildvcs=false" GOPROXY=off CGO_ENABLED=1 nice -n "$NICE" "$GO" build -trimpath \
@@ -149,6 +150,39 @@ build_device_plugin_git() {  # the pinned tag from a git directory of NVIDIA's r
             -o "$BIN/$c" "./cmd/$c"
     done)
     for c in "${DP_CMDS[@]}"; do stamp "$c" "$s"; done
+}
+
+git_tree() {  # git_tree <git dir> <commit> <dest> [skip...]: the commit's top-level entries, one archive each
+    local git=$1 commit=$2 dest=$3 _mode type obj name; shift 3
+    while read -r _mode type obj name; do
+        [[ " $* " != *" $name "* ]] || continue
+        case $type in
+            tree) git --git-dir="$git" archive --prefix="$name/" "$obj" | tar -C "$dest" -x ;;
+            blob) git --git-dir="$git" cat-file blob "$obj" >"$dest/$name" ;;
+            *) log "ERROR: $name in $commit is a $type (a submodule?): this build takes trees and files only"; exit 1 ;;
+        esac
+    done < <(git --git-dir="$git" ls-tree "$commit")
+}
+
+build_validator_git() {  # nvidia-validator (static) and the workload manifests it reads, from NVIDIA's gpu-operator
+    [[ -n $GPU_OPERATOR_GIT ]] || return 0
+    local v=$GPU_OPERATOR_VERSION want=${KNOWN_OPERATOR_TAGS[$GPU_OPERATOR_VERSION]:-} commit
+    [[ -n $want ]] || { log "ERROR: no known commit for gpu-operator $v (KNOWN_OPERATOR_TAGS)"; exit 1; }
+    commit=$(git --git-dir="$GPU_OPERATOR_GIT" rev-parse --verify -q "refs/tags/$v^{commit}") ||
+        { log "ERROR: $GPU_OPERATOR_GIT has no tag $v"; exit 1; }
+    [[ $commit == "$want" ]] || { log "ERROR: tag $v is $commit in $GPU_OPERATOR_GIT, not $want"; exit 1; }
+    local s="gpu-operator-$v@$commit"
+    fresh nvidia-validator "$s" && [[ -f $BIN/validator-manifests/cuda-workload-validation.yaml ]] && return 0
+    log "nvidia-validator: building $v from $GPU_OPERATOR_GIT ($commit)"
+    local src=$WORK/gpu-operator-git
+    rm -rf "$src"; mkdir -p "$src"
+    # the module (go.mod, vendor/, the packages) without the e2e tests, docs, deployment assets and the CI submodule
+    git_tree "$GPU_OPERATOR_GIT" "$commit" "$src" tests docs deployments bundle aws-kube-ci
+    (cd "$src" && GOFLAGS="-mod=vendor -buildvcs=false" GOPROXY=off CGO_ENABLED=0 nice -n "$NICE" "$GO" build -trimpath \
+        -ldflags "-s -w -X github.com/NVIDIA/gpu-operator/internal/info.version=$v" -o "$BIN/nvidia-validator" ./cmd/nvidia-validator)
+    rm -rf "$BIN/validator-manifests"; mkdir -p "$BIN/validator-manifests"
+    cp "$src"/validator/manifests/*.yaml "$BIN/validator-manifests/"
+    stamp nvidia-validator "$s"
 }
 
 build_device_plugin() {
@@ -285,6 +319,7 @@ build_small
 build_containerd
 build_toolkit
 build_device_plugin
+build_validator_git
 build_nfd
 build_cni
 build_kubelet

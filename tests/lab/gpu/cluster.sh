@@ -24,7 +24,8 @@
 # .gpu-cluster/out), GPUC_COMMIT (run: the collection commit the results name), GPUC_POD_WAIT (run: seconds
 # the component pods get to run, default 90), GPUC_DIAGNOSE_ONLY=1 (run: a failing component is diagnosed and
 # the run ends there, for a loan too short for the rest), GPUC_BUDGET
-# (run: seconds lane.py may take, default 500).
+# (run: seconds lane.py may take, default 500), GPUC_SKIP (run: steps left out, comma-separated: timeslice,
+# mps, validator, doctor, driver-upgrade).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -32,7 +33,9 @@ KIT=${GPUC_KIT:-$ROOT/.gpu-cluster}
 CACHE=${GPUOPS_CACHE:-$HOME/.cache/gpuops}
 PART_A=(kube etcd containerd ctr containerd-shim-runc-v2)
 PART_B=(nvidia-device-plugin gpu-feature-discovery config-manager mps-control-daemon nfd-master nfd-worker runc busybox pause loopback)
-PART_C=(crio crictl pinns)
+# part c: CRI-O (its step), and NVIDIA's validator with its workload manifests where they were built
+# (build.sh: GPU_OPERATOR_GIT) for the validator step
+PART_C=(crio crictl pinns nvidia-validator validator-manifests)
 K8S_LINKS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 CRIO_VERSION=${CRIO_VERSION:-v1.34.0}
 
@@ -55,7 +58,9 @@ pack_part() {  # pack_part <a|b> <binary>...: one xz stream with a dictionary la
         # mps-control-daemon: built with the device plugin from a git directory only (DEVICE_PLUGIN_GIT)
         [[ $b != mps-control-daemon ]] ||
             [[ $(cat "$CACHE/gpu/stamps/$b" 2>/dev/null) == "$(cat "$CACHE/gpu/stamps/nvidia-device-plugin")" ]] || continue
-        cp "$(where "$b")/$b" "$t/"
+        # nvidia-validator and its manifests: built from a git directory only (GPU_OPERATOR_GIT)
+        [[ $b != nvidia-validator && $b != validator-manifests ]] || [[ -e $(where "$b")/$b ]] || continue
+        cp -r "$(where "$b")/$b" "$t/"
     done
     [[ $part != c ]] || conmon_bundle "$t"
     key=$(cd "$t" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
@@ -108,6 +113,7 @@ pack() {
         echo "nfd=$(python3 "$ROOT/docs/render_data.py" --get components.nfd)"
         # how the device plugin's binaries were built (build.sh's stamp: version@commit, +patches' hash)
         echo "k8s-device-plugin-build=$(cat "$CACHE/gpu/stamps/mps-control-daemon" 2>/dev/null || echo none)"
+        echo "gpu-operator-validator=$(cat "$CACHE/gpu/stamps/nvidia-validator" 2>/dev/null || echo none)"
         echo "kubernetes=$(sed -n 's/^K8S_VERSION=\${K8S_VERSION:-\(.*\)}$/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
         echo "etcd=$(sed -n 's/^ETCD_VERSION=\${ETCD_VERSION:-\([^}]*\)}.*/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
     } >"$c/versions.txt"

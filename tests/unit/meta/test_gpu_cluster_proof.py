@@ -74,8 +74,12 @@ def newest():
 
 
 def deployed():
+    """The components the lane deploys: its vars.yml's, and those a step of the newest passing run added (the
+    validator: lane.py adds it to the list for its step)."""
     with open(LANE_VARS, encoding="utf-8") as f:
-        comps = yaml.safe_load(f)["gpuops_cluster_components"]
+        comps = list(yaml.safe_load(f)["gpuops_cluster_components"])
+    run = _passing()
+    comps += [c for c in (run[1].get("components", {}) if run else {}) if c not in comps]
     return [c for c in comps if c in _images()]  # runtime_class has no image
 
 

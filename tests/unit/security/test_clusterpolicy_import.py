@@ -285,6 +285,7 @@ def test_other_names_are_kubernetes_names(spec, path, what, name):
      "toolkit.env[RUNTIME_DROP_IN_CONFIG_HOST_PATH]"),
     ({"toolkit": {"env": [{"name": "CONTAINERD_SOCKET", "value": "VALUE"}]}}, "toolkit.env[CONTAINERD_SOCKET]"),
     ({"hostPaths": {"kubeletRootDir": "VALUE"}}, "hostPaths.kubeletRootDir"),
+    ({"hostPaths": {"driverInstallDir": "VALUE"}}, "hostPaths.driverInstallDir"),
 ])
 def test_host_paths_are_plain_absolute_paths(spec, path, value):
     """Paths the roles then edit or mount on every GPU host: absolute, no '..', no spaces, quotes or line breaks."""

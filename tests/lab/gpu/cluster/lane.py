@@ -8,10 +8,12 @@ allocatable nvidia.com/gpu from NVIDIA's device plugin DaemonSet, GFD's labels (
 record of the labels it set, the Node) against ours (gpu_facts); a Deployment asking for nvidia.com/gpu: 1
 placed by the scheduler runs the CUDA check; the guide's `kubectl run ... nvidia-smi` check; time-slicing
 switched live through the device plugin's config label (1 -> 4 -> 1) with four pods at once on the one GPU;
+MPS through NVIDIA's MPS control daemon (config mps2: two pods as MPS clients at once); the validator role
+(NVIDIA's nvidia-validator in its DaemonSet, its workload pods, the role's Job, the node labelled validated);
 the doctor on the healthy cluster, then on a device plugin pod that cannot start and a node without its
-workload label (each named, with its fix, and
-repaired by site.yml); cluster uninstall and the toolkit's uninstall (the Node's labels and containerd's
-config as before); every daemon stopped; the GPU's settings unchanged.
+workload label (each named, with its fix, and repaired by site.yml); driver_upgrade.yml on the node; cluster
+uninstall and the toolkit's uninstall (the Node's labels and containerd's config as before); every daemon
+stopped; the GPU's settings unchanged.  GPUC_SKIP leaves steps out (two run calls on one loan).
 
 Each check is a row of $GPUC_OUT/checks.tsv (name, PASS/FAIL, detail); summary.json holds the commit, date,
 GPU, versions and checks.  Exit status 0 only when every check passed.
@@ -118,10 +120,24 @@ IMAGE_VARS = [] if DP_BUILT == pinned("device_plugin") == pinned("gfd") else ["-
     for r in ("device_plugin", "gfd")})]
 
 
+# extra vars of every later playbook once a step added a component (the validator: the uninstall removes it too)
+COMPONENT_VARS = []
+# steps left out of this run (GPUC_SKIP, comma-separated: timeslice, mps, validator, doctor, driver-upgrade), e.g.
+# two run calls on one loan, each within the call's 10 minutes
+SKIP = set(filter(None, os.environ.get("GPUC_SKIP", "").split(",")))
+
+
+def wanted(step, seconds):
+    if step in SKIP:
+        say("step %s left out (GPUC_SKIP)" % step)
+        return False
+    return time_for(step, seconds)
+
+
 def playbook(name, book, *extra, timeout=300):
     t = time.time()
     rc, out, err = sh(["ansible-playbook", "-i", INV, os.path.join(ROOT, "playbooks", book), "-e", "@" + VARS,
-                       *IMAGE_VARS, *extra],
+                       *IMAGE_VARS, *COMPONENT_VARS, *extra],
                       timeout=timeout, log=name + ".log")
     with open(os.path.join(OUT, "playbook-times.tsv"), "a", encoding="utf-8") as f:
         f.write("%s\t%d\t%.1f s\n" % (name, rc, time.time() - t))
@@ -271,6 +287,7 @@ def main():
     libs = [p for p in ("/usr/local/nvidia/lib64/libcuda.so.1", "/usr/local/nvidia/lib64/libnvidia-ml.so.1",
                         "/usr/local/nvidia/bin/nvidia-smi", "/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/bin/nvidia-smi")
             if os.path.exists(p)]
+    STATE["libs"] = libs
     rc2, _, _ = sh(["python3", os.path.join(ROOT, "tests", "lab", "gpu", "node", "mkimage.py"), "--name", CUDA_IMAGE,
                     "--pause", os.path.join(KN_BIN, "pause"), "--busybox", os.path.join(KN_BIN, "busybox"),
                     "--cuda-check", os.path.join(ROOT, "plugins", "module_utils", "_cuda.py"),
@@ -377,9 +394,25 @@ def main():
           % " | ".join(line.strip() for line in logs.splitlines() if "NVIDIA" in line or "MiB" in line)[:600])
     kubectl("delete", "pod", "nvidia-smi", "--wait=false")
 
-    if not time_for("timeslice", 150):
-        return uninstall(labels_before, containerd_before)
-    # ---- time-slicing switched live through the device plugin's config label ---------------------------------------
+    if wanted("timeslice", 150):
+        timeslice()
+
+    if wanted("mps", 170):
+        mps_step()
+
+    if wanted("validator", 200):
+        validator_step(lane_vars, uuid)
+
+    if wanted("doctor", 100):
+        doctor()
+
+    if wanted("driver-upgrade", 90):
+        driver_upgrade()
+    return uninstall(labels_before, containerd_before)
+
+
+def timeslice():
+    """Time-slicing switched live through the device plugin's config label (1 -> 4 -> 1), four pods at once."""
     kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=timeslice4", "--overwrite")
     a4 = wait("allocatable 4", lambda: allocatable_gpu() == "4", 120, 2)
     check("timeslice-allocatable-4", a4, "label nvidia.com/device-plugin.config=timeslice4: allocatable %s"
@@ -413,12 +446,79 @@ def main():
     check("timeslice-back-to-1", a1, "label back to default: allocatable %s" % allocatable_gpu())
     kubectl("label", "node", NODE, "nvidia.com/device-plugin.config-")
 
-    if time_for("mps", 170):
-        mps_step()
 
-    if not time_for("doctor", 100):
-        return uninstall(labels_before, containerd_before)
-    # ---- the doctor on the live cluster ---------------------------------------------------------------------------
+def validator_step(lane_vars, uuid):
+    """The validator role on the live node, added to the cluster's components as a user would (cluster.yml):
+    NVIDIA's nvidia-validator v26.7.0 (built from its source, part c of the kit) in the validator DaemonSet's init
+    containers -- driver (found through validator_driver_install_dir: this machine's driver lives under
+    /usr/local/nvidia, outside the places NVIDIA's validator searches), toolkit, cuda and plugin, the last two
+    with their workload pods -- and the role's validation Job (driver check, then the CUDA check on one GPU the
+    device plugin allocates); the node labelled nvidia.com/gpu.validated=true."""
+    part_c = os.environ.get("GPUC_CRIO_BIN", "")
+    binary = os.path.join(part_c, "nvidia-validator")
+    manifests = os.path.join(part_c, "validator-manifests")
+    if not (part_c and os.path.exists(binary) and os.path.isdir(manifests)):
+        check("validator-not-run", False, "no nvidia-validator in the staged part c (%s): build the kit with "
+              "GPU_OPERATOR_GIT and carry .gpu-cluster/c in a stage call" % (part_c or "not staged"))
+        return
+    version = pinned("validator")
+    image = "%s/nvidia/gpu-operator:%s" % (lane_vars["gpuops_registry"], version)
+    tar = os.path.join(KN_DIR, "images", "validator.tar")
+    rc, out, err = sh(["python3", os.path.join(ROOT, "tests", "lab", "gpu", "node", "mkimage.py"), "--name", image,
+                       "--pause", os.path.join(KN_BIN, "pause"), "--busybox", os.path.join(KN_BIN, "busybox"),
+                       "--cuda-check", os.path.join(ROOT, "plugins", "module_utils", "_cuda.py"),
+                       "--validator", binary, "--validator-manifests", manifests,
+                       "--out", tar, "--libs-for", *STATE.get("libs", [])], log="mkimage-validator.log")
+    rc2, _, err2 = sh([os.path.join(KN_BIN, "ctr"), "--address", os.path.join(KN_DIR, "run", "containerd.sock"),
+                       "-n", "k8s.io", "images", "import", tar], timeout=120, log="import-validator.log")
+    STATE.setdefault("components", {})["validator"] = version
+    check("validator-image", rc == 0 and rc2 == 0, "%s: NVIDIA's nvidia-validator %s (%s) (rc %d/%d) %s %s"
+          % (image, version, kit_versions().get("gpu-operator-validator"), rc, rc2, err[-200:], err2[-200:]))
+    if rc or rc2:
+        return
+    COMPONENT_VARS[:] = ["-e", json.dumps({"gpuops_cluster_components": lane_vars["gpuops_cluster_components"] + ["validator"]})]
+    rc, out, changed = playbook("validator", "cluster.yml", timeout=420)
+    check("validator-role", rc == 0, "cluster.yml with validator in gpuops_cluster_components: rc=%d changed=%d; %s"
+          % (rc, changed, " | ".join(line.strip() for line in out.splitlines() if "fatal" in line or "FAILED" in line)[:600]))
+    pods = component_pods()
+    ds_pod = pods.get("nvidia-operator-validator")
+    inits = {s.name: (s.state.terminated.exit_code if s.state.terminated else None)
+             for s in ((ds_pod.status.init_container_statuses or []) if ds_pod else [])}
+    logs = pod_logs(ds_pod) if ds_pod else {}
+    json.dump(logs, open(os.path.join(OUT, "validator-pod-logs.json"), "w"), indent=1)
+    vdir = "/run/nvidia/validations"
+    ready_files = sorted(os.listdir(vdir)) if os.path.isdir(vdir) else []
+    driver_ready = open(os.path.join(vdir, "driver-ready")).read() if "driver-ready" in ready_files else ""
+    check("validator-daemonset-ready", ds_pod is not None and ready(ds_pod) and inits and all(v == 0 for v in inits.values())
+          and "NVIDIA_DRIVER_ROOT=/usr/local/nvidia" in driver_ready,
+          "pod %s ready %s; init containers' exit codes %s; %s holds %s; driver-ready: %s" % (
+              ds_pod and ds_pod.metadata.name, ds_pod is not None and ready(ds_pod), inits, vdir, ready_files,
+              driver_ready.replace("\n", " ")))
+    work = {}
+    for p in core.list_namespaced_pod(NS).items:
+        app = (p.metadata.labels or {}).get("app", "")
+        if app in ("nvidia-cuda-validator", "nvidia-device-plugin-validator"):
+            text = "".join(pod_logs(p).values())
+            work[app] = (p.metadata.name, p.status.phase, "0 mismatches" in text)
+    check("validator-workload-pods", work.get("nvidia-cuda-validator", (0, 0, 0))[1:] == ("Succeeded", True)
+          and work.get("nvidia-device-plugin-validator", (0, 0, 0))[1:] == ("Succeeded", True),
+          "the validator's CUDA and plugin workload pods (vectorAdd: the collection's CUDA check): %s" % work)
+    jobs = client.BatchV1Api().list_namespaced_job(NS, label_selector="app=gpuops-validation").items
+    job_logs = ""
+    for p in core.list_namespaced_pod(NS, label_selector="app=gpuops-validation").items:
+        job_logs += "".join(pod_logs(p).values())
+    open(os.path.join(OUT, "validator-job.log"), "w").write(job_logs)
+    check("validator-job-complete", len(jobs) == 1 and (jobs[0].status.succeeded or 0) == 1 and uuid in job_logs
+          and "0 mismatches" in job_logs,
+          "Job %s succeeded %s; its pod's log: %s" % (jobs and jobs[0].metadata.name, jobs and jobs[0].status.succeeded,
+                                                        " | ".join(job_logs.strip().splitlines()[-4:])[:600]))
+    label = (node().metadata.labels or {}).get("nvidia.com/gpu.validated")
+    check("validator-node-validated", label == "true", "nvidia.com/gpu.validated=%s" % label)
+
+
+def doctor():
+    """The doctor on the live cluster: healthy, then a device plugin pod that cannot start and a node without its
+    workload label (each named, with its fix), both repaired by site.yml."""
     rc, out, _ = playbook("doctor-ok", "doctor.yml")
     check("doctor-healthy", rc == 0 and "no problems found" in out, "rc=%d" % rc)
     ds = "nvidia-device-plugin-daemonset"
@@ -445,10 +545,6 @@ def main():
           "label after site.yml: %s" % node().metadata.labels.get("nvidia.com/gpu.workload.config"))
     check("site-repairs-dp", rc == 0 and got and allocatable_gpu() == "1",
           "site.yml put the DaemonSet back (rc=%d changed=%d); pod Ready, allocatable %s" % (rc, changed, allocatable_gpu()))
-
-    if time_for("driver-upgrade", 90):
-        driver_upgrade()
-    return uninstall(labels_before, containerd_before)
 
 
 def mps_step():
@@ -628,7 +724,7 @@ def finish():
     sh(["bash", os.path.join(ROOT, "tests", "lab", "cluster", "down.sh"), "--purge"], log="down.log")
     time.sleep(1)
     rc, left, _ = sh(["sh", "-c", "pgrep -af 'containerd|kubelet|kube-apiserver|etcd|nvidia-device-plugin|"
-                                  "gpu-feature-discovery|nfd-|config-manager|mps-control-daemon|nvidia-cuda-mps|/pause|svcproxy' | grep -v pgrep"])
+                                  "gpu-feature-discovery|nfd-|config-manager|mps-control-daemon|nvidia-cuda-mps|nvidia-validator|/pause|svcproxy' | grep -v pgrep"])
     check("no-daemon-left", not left.strip(), left.strip() or "none running")
     after = gpu_settings()
     check("gpu-settings-unchanged", after == STATE.get("settings"), after)

@@ -13,6 +13,12 @@ CDI spec at container start, as on any GPU node.  Env mirrors NVIDIA's CUDA base
 
   mkimage.py --name gpuops.local/node-check:lane --pause BIN --busybox BIN --cuda-check FILE --out image.tar
 
+With ``--validator BIN --validator-manifests DIR`` the same image also serves as the lane's stand-in for NVIDIA's
+gpu-operator image (the validator role's): NVIDIA's nvidia-validator (built here from its source) in /usr/bin,
+the workload manifests it reads in /opt/validator/manifests, and ``vectorAdd`` -- in NVIDIA's image a CUDA
+sample; here a script running the collection's CUDA check (a vector add through the driver API), since no CUDA
+compiler is at hand to build the sample.
+
 With ``--bin``, a component image instead (the kubelet node lanes: NVIDIA's and NFD's binaries, built here
 from their sources, under the names the roles render): busybox and its applets, each ``--bin`` in /usr/bin
 with the shared libraries it needs, /etc/passwd, and ``--user`` as the image's user; no python, no check.
@@ -30,7 +36,9 @@ import subprocess
 import sys
 import tarfile
 
-APPLETS = ["sh", "sleep", "cat", "date", "echo", "ls", "grep", "env", "true", "false", "test", "mkdir", "id", "head", "tail"]
+APPLETS = ["sh", "sleep", "cat", "date", "echo", "ls", "grep", "env", "true", "false", "test", "mkdir", "id", "head", "tail",
+           # what nvidia-validator runs through its PATH (NVIDIA's image has them from busybox too)
+           "chroot", "stat", "lsmod", "rm"]
 SKIP_STDLIB = ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data",
                "site-packages", "dist-packages", "config-3")
 LOADER = "/lib64/ld-linux-x86-64.so.2"
@@ -161,6 +169,14 @@ def build(args):
     layer.file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")
     layer.file("etc/group", b"root:x:0:\nnogroup:x:65534:\n")
     layer.file("etc/ld.so.conf", b"/usr/local/nvidia/lib64\n")
+    if args.validator:
+        layer.host_file(args.validator, "usr/bin/nvidia-validator")
+        for d in ("opt", "opt/validator", "opt/validator/manifests"):
+            layer.dir(d, 0o755)
+        for m in sorted(os.listdir(args.validator_manifests)):
+            layer.host_file(os.path.join(args.validator_manifests, m), "opt/validator/manifests/" + m)
+        layer.file("usr/bin/vectorAdd", b"#!/bin/sh\n# the collection's CUDA check in place of NVIDIA's CUDA sample (see mkimage.py)\n"
+                   b"exec python3 /check/_cuda.py \"$@\"\n", 0o755)
     data = layer.bytes()
     return data, len(layer.names)
 
@@ -250,6 +266,8 @@ def main():
     ap.add_argument("--cuda-check", help="the CUDA check (/check/_cuda.py); required without --bin")
     ap.add_argument("--bin", action="append", default=[], help="a component binary for /usr/bin (component image)")
     ap.add_argument("--user", default="", help="the image's user (uid:gid), component images only")
+    ap.add_argument("--validator", help="NVIDIA's nvidia-validator (static): the image also stands in for gpu-operator's")
+    ap.add_argument("--validator-manifests", help="its workload manifests (gpu-operator's validator/manifests)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--libs-for", nargs="*", default=[], help="host ELF files whose shared libraries the image must hold")
     ap.add_argument("--driver-dir", nargs="*", default=["/usr/local/nvidia"], help="driver dirs whose files stay out")
@@ -260,6 +278,8 @@ def main():
     else:
         if not (args.pause and args.cuda_check):
             ap.error("--pause and --cuda-check are required without --bin")
+        if bool(args.validator) != bool(args.validator_manifests):
+            ap.error("--validator and --validator-manifests go together")
         layer, n = build(args)
         digest = oci_archive(layer, args.name, args.out)
     print("image %s: %d entries, layer %.1f MB, manifest %s" % (args.name, n, len(layer) / 1e6, digest))

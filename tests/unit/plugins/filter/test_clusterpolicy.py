@@ -614,3 +614,15 @@ def test_device_plugin_mps_root_refused(root):
         "devicePlugin": {"mps": {"root": root}}}}
     with pytest.raises(AnsibleFilterError, match=r"devicePlugin\.mps\.root must be"):
         f.clusterpolicy_to_vars(policy)
+
+
+def test_validator_driver_dir_and_dev_char_links():
+    policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {
+        "hostPaths": {"driverInstallDir": "/usr/local/nvidia/"},
+        "validator": {"driver": {"env": [{"name": "DISABLE_DEV_CHAR_SYMLINK_CREATION", "value": "true"}]}}}}
+    got = f.clusterpolicy_to_vars(policy)["vars"]
+    assert got["validator_driver_install_dir"] == "/usr/local/nvidia"
+    assert got["validator_dev_char_symlinks"] is False
+    policy["spec"]["validator"]["driver"]["env"][0]["value"] = "maybe"
+    with pytest.raises(AnsibleFilterError, match=r"DISABLE_DEV_CHAR_SYMLINK_CREATION.*must be a boolean"):
+        f.clusterpolicy_to_vars(policy)
