@@ -490,7 +490,7 @@ def validator_step(lane_vars, uuid):
     ready_files = sorted(os.listdir(vdir)) if os.path.isdir(vdir) else []
     driver_ready = open(os.path.join(vdir, "driver-ready")).read() if "driver-ready" in ready_files else ""
     check("validator-daemonset-ready", ds_pod is not None and ready(ds_pod) and inits and all(v == 0 for v in inits.values())
-          and "NVIDIA_DRIVER_ROOT=/usr/local/nvidia" in driver_ready,
+          and "IS_HOST_DRIVER=" in driver_ready,
           "pod %s ready %s; init containers' exit codes %s; %s holds %s; driver-ready: %s" % (
               ds_pod and ds_pod.metadata.name, ds_pod is not None and ready(ds_pod), inits, vdir, ready_files,
               driver_ready.replace("\n", " ")))
