@@ -77,7 +77,9 @@ images() {
             # it was built), as NVIDIA ships them
             local mps=()
             [[ ! -x $KN_BIN/mps-control-daemon ]] || mps=(--bin "$KN_BIN/mps-control-daemon")
+            # NVIDIA's image asks the nvidia runtime for every GPU (ENV of its Dockerfile): GFD's pod names none
             "$PYTHON" "$mk" --name "$KN_REGISTRY/nvidia/k8s-device-plugin:$version" --busybox "$KN_BIN/busybox" \
+                --env NVIDIA_VISIBLE_DEVICES=all --env NVIDIA_DISABLE_REQUIRE=true \
                 --bin "$KN_BIN/nvidia-device-plugin" --bin "$KN_BIN/gpu-feature-discovery" \
                 --bin "$KN_BIN/config-manager" "${mps[@]}" --out "$KN_DIR/images/$role.tar" >&2 ;;
         nfd)  # NFD's image runs as an unprivileged user (the role's pods say runAsNonRoot)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -80,7 +81,7 @@ if [ -s $D/pid ] && kill -0 "$(cat $D/pid)" 2>/dev/null; then
 fi
 echo "--- restart $(date +%%s.%%N)" >> $D/daemon.log
 CONTAINERS_STORAGE_CONF=$D/storage.conf CONTAINERS_REGISTRIES_CONF=$D/registries.conf PATH=%(path)s \\
-  setsid %(binary)s --config $D/crio.conf --config-dir $D/crio.conf.d >> $D/daemon.log 2>&1 < /dev/null &
+  setsid %(binary)s --config $D/crio.conf --config-dir $D/crio.conf.d%(extra)s >> $D/daemon.log 2>&1 < /dev/null &
 echo $! > $D/pid
 echo restarted >> $D/restarts
 """
@@ -88,7 +89,7 @@ echo restarted >> $D/restarts
 
 class Crio(object):
     def __init__(self, bindir, directory, registry, pause_image, pause_command="/usr/bin/pause",
-                 conmon="/usr/bin/conmon", runc="/usr/sbin/runc", path_dirs=(), cdi_dirs=None):
+                 conmon="/usr/bin/conmon", runc="/usr/sbin/runc", path_dirs=(), cdi_dirs=None, extra_args=()):
         self.bin, self.dir, self.registry = bindir, directory, registry
         self.binary = os.path.join(bindir, "crio")
         self.crictl_bin = os.path.join(bindir, "crictl")
@@ -112,7 +113,8 @@ class Crio(object):
         with open(self.crictl_config, "w") as f:
             f.write("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n" % (self.socket, self.socket))
         with open(self.restart_script, "w") as f:
-            f.write(RESTART_SH % {"dir": directory, "binary": self.binary, "path": path})
+            f.write(RESTART_SH % {"dir": directory, "binary": self.binary, "path": path,
+                                  "extra": "".join(" " + shlex.quote(a) for a in extra_args)})
         os.chmod(self.restart_script, 0o755)
 
     # -- the daemon ----------------------------------------------------------------------------------

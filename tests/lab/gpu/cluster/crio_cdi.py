@@ -53,7 +53,9 @@ def main(argv=None):
     addr = reg.start()
     image = addr + "/gpuops/cuda-check:lab"
     crio = Crio(args.crio_bin, os.path.join(args.work, "crio"), addr, image, pause_command="/pause",
-                conmon=args.conmon, runc=args.runc, cdi_dirs=args.cdi_dir or ["/etc/cdi", "/var/run/cdi"])
+                conmon=args.conmon, runc=args.runc, cdi_dirs=args.cdi_dir or ["/etc/cdi", "/var/run/cdi"],
+                # the GPU machine has neither iptables nor nft, and the container maps no host port
+                extra_args=["--disable-hostport-mapping"])
     version = subprocess.run([crio.binary, "--version"], capture_output=True, text=True, check=False).stdout.split("\n")[0]
     try:
         crio.start()

@@ -477,7 +477,9 @@ def validator_step(lane_vars, uuid):
     if rc or rc2:
         return
     COMPONENT_VARS[:] = ["-e", json.dumps({"gpuops_cluster_components": lane_vars["gpuops_cluster_components"] + ["validator"]})]
-    rc, out, changed = playbook("validator", "cluster.yml", timeout=420)
+    # never past the budget's uninstall share: a validator that hangs is cut, the uninstall still runs
+    rc, out, changed = playbook("validator", "cluster.yml",
+                                timeout=int(max(60, BUDGET - (time.time() - T0) - UNINSTALL_S - 20)))
     check("validator-role", rc == 0, "cluster.yml with validator in gpuops_cluster_components: rc=%d changed=%d; %s"
           % (rc, changed, " | ".join(line.strip() for line in out.splitlines() if "fatal" in line or "FAILED" in line)[:600]))
     pods = component_pods()
@@ -724,7 +726,8 @@ def finish():
     sh(["bash", os.path.join(ROOT, "tests", "lab", "cluster", "down.sh"), "--purge"], log="down.log")
     time.sleep(1)
     rc, left, _ = sh(["sh", "-c", "pgrep -af 'containerd|kubelet|kube-apiserver|etcd|nvidia-device-plugin|"
-                                  "gpu-feature-discovery|nfd-|config-manager|mps-control-daemon|nvidia-cuda-mps|nvidia-validator|/pause|svcproxy' | grep -v pgrep"])
+                                  "gpu-feature-discovery|nfd-|config-manager|mps-control-daemon|nvidia-cuda-mps|nvidia-validator|"
+                                  "/pause|svcproxy' | grep -v pgrep"])
     check("no-daemon-left", not left.strip(), left.strip() or "none running")
     after = gpu_settings()
     check("gpu-settings-unchanged", after == STATE.get("settings"), after)

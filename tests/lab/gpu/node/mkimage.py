@@ -220,7 +220,7 @@ def sha(data):
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def oci_archive(layer, name, out, entrypoint=("/pause",), user=""):
+def oci_archive(layer, name, out, entrypoint=("/pause",), user="", env=()):
     config = {
         "architecture": "amd64", "os": "linux",
         "config": {
@@ -228,7 +228,7 @@ def oci_archive(layer, name, out, entrypoint=("/pause",), user=""):
             **({"User": user} if user else {}),
             "Env": ["PATH=/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                     "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
-                    "NVIDIA_DRIVER_CAPABILITIES=compute,utility"],
+                    "NVIDIA_DRIVER_CAPABILITIES=compute,utility", *env],
             "WorkingDir": "/",
         },
         "rootfs": {"type": "layers", "diff_ids": [sha(layer)]},
@@ -266,6 +266,7 @@ def main():
     ap.add_argument("--cuda-check", help="the CUDA check (/check/_cuda.py); required without --bin")
     ap.add_argument("--bin", action="append", default=[], help="a component binary for /usr/bin (component image)")
     ap.add_argument("--user", default="", help="the image's user (uid:gid), component images only")
+    ap.add_argument("--env", action="append", default=[], help="NAME=VALUE in the image's config (its ENV)")
     ap.add_argument("--validator", help="NVIDIA's nvidia-validator (static): the image also stands in for gpu-operator's")
     ap.add_argument("--validator-manifests", help="its workload manifests (gpu-operator's validator/manifests)")
     ap.add_argument("--out", required=True)
@@ -274,14 +275,15 @@ def main():
     args = ap.parse_args()
     if args.bin:
         layer, n = build_component(args)
-        digest = oci_archive(layer, args.name, args.out, entrypoint=("/pause",) if args.pause else (), user=args.user)
+        digest = oci_archive(layer, args.name, args.out, entrypoint=("/pause",) if args.pause else (), user=args.user,
+                             env=args.env)
     else:
         if not (args.pause and args.cuda_check):
             ap.error("--pause and --cuda-check are required without --bin")
         if bool(args.validator) != bool(args.validator_manifests):
             ap.error("--validator and --validator-manifests go together")
         layer, n = build(args)
-        digest = oci_archive(layer, args.name, args.out)
+        digest = oci_archive(layer, args.name, args.out, env=args.env)
     print("image %s: %d entries, layer %.1f MB, manifest %s" % (args.name, n, len(layer) / 1e6, digest))
 
 
