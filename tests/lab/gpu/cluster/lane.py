@@ -219,7 +219,11 @@ def our_labels(config=""):
     """gpu_facts' labels for this node (what the cluster stage applies), under a device plugin config or none:
     the host lane's playbook (tests/lab/h200/labels.yml) on this inventory."""
     dest = os.path.join(OUT, "labels-ours%s.json" % ("-" + config if config else ""))
-    args = ["-e", "lane_host=" + NODE, "-e", "dest=" + dest] + (["-e", "lane_sharing_config=" + config] if config else [])
+    # GFD runs with the gfd role's MIG_STRATEGY env (gpuops_mig_strategy), which overrides the config's flags
+    with open(VARS, encoding="utf-8") as f:
+        strategy = yaml.safe_load(f).get("gpuops_mig_strategy", "single")
+    args = ["-e", "lane_host=" + NODE, "-e", "dest=" + dest, "-e", "lane_mig_strategy=" + strategy] + (
+        ["-e", "lane_sharing_config=" + config] if config else [])
     sh(["ansible-playbook", "-i", INV, os.path.join(ROOT, "tests", "lab", "h200", "labels.yml"), "-e", "@" + VARS,
         *args], timeout=120, log="labels-ours%s.log" % ("-" + config if config else ""), check_rc=True)
     with open(dest, encoding="utf-8") as f:
@@ -306,6 +310,8 @@ def main():
     cfg = os.path.join(KN_DIR, "containerd", "config.toml")
     with open(cfg, "rb") as f:
         containerd_before = f.read()
+    # what the uninstall compares with, also when a step breaks (the except path below)
+    STATE["before"] = (labels_before, containerd_before)
 
     # ---- site.yml, twice --------------------------------------------------------------------------------------
     rc, out, changed = playbook("site-1", "site.yml")
@@ -362,7 +368,7 @@ def main():
                     "template": {"metadata": {"labels": {"app": "cuda-check"}},
                                  "spec": {"containers": [{"name": "cuda", "image": CUDA_IMAGE, "command": [
                                      "sh", "-c", "nvidia-smi -L; python3 /check/_cuda.py && echo CUDA-CHECK-OK; sleep 3600"],
-                                     "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
     apps.create_namespaced_deployment("default", dep)
 
     def dep_log():
@@ -430,7 +436,7 @@ def timeslice():
                                                    "name": "cuda", "image": CUDA_IMAGE, "command": [
                                                        "sh", "-c", "date +START%s.%N; python3 /check/_cuda.py; "
                                                        "sleep 15; date +END%s.%N"],
-                                                   "resources": {"limits": {"nvidia.com/gpu": 1}}}]}})
+                                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
     wait("ts pods", lambda: all(pod_phase("ts-%d" % i) in ("Succeeded", "Failed") for i in range(4)), 120, 2)
     spans = {}
     for i in range(4):
@@ -585,7 +591,7 @@ def mps_step():
                                                    "name": "cuda", "image": CUDA_IMAGE, "command": [
                                                        "sh", "-c", "date +START%s.%N; env | grep ^CUDA_MPS; "
                                                        "python3 /check/_cuda.py; sleep 20; date +END%s.%N"],
-                                                   "resources": {"limits": {"nvidia.com/gpu": 1}}}]}})
+                                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
     def mps_server():
         procs = sh(["pgrep", "-a", "nvidia-cuda-mps"])[1].strip()
         return procs if "nvidia-cuda-mps-server" in procs else None
@@ -707,6 +713,7 @@ def diagnose(lane_vars):
 
 
 def uninstall(labels_before, containerd_before):
+    STATE["uninstalled"] = True
     cfg = os.path.join(KN_DIR, "containerd", "config.toml")
     rc, out, _ = playbook("cluster-absent", "cluster.yml", "-e", "gpuops_cluster_state=absent")
     wait("pods gone", lambda: not component_pods(), 120, 2)
@@ -754,4 +761,9 @@ if __name__ == "__main__":
         import traceback
         traceback.print_exc()
         check("lane-error", False, "%s: %s" % (type(e).__name__, e))
+        if "before" in STATE and "uninstalled" not in STATE:  # the cluster stage ran: take it off as the lane would
+            try:
+                sys.exit(uninstall(*STATE["before"]) or 1)
+            except Exception as e2:  # noqa: BLE001  (the teardown below must run whatever broke)
+                check("lane-error-uninstall", False, "%s: %s" % (type(e2).__name__, e2))
         sys.exit(finish() or 1)
