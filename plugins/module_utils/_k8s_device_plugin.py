@@ -198,6 +198,12 @@ def validate(name, config, default_mig_strategy="single"):
     strategy = flags.get("migStrategy", default_mig_strategy)
     if not isinstance(strategy, str) or strategy not in MIG_STRATEGIES:
         errors.append(f"{where}: unknown MIG strategy {strategy!r} (expected none, single or mixed)")
+    elif strategy != default_mig_strategy:
+        # the pods' MIG_STRATEGY env (the cluster's strategy) is a set flag, and a set flag takes precedence over
+        # the config file (api/config/v1/config.go: UpdateFromCLIFlags): the plugin and GFD run with the cluster's
+        warnings.append(f"{where}: flags.migStrategy {strategy} is overridden by the pods' MIG_STRATEGY "
+                        f"{default_mig_strategy} (gpuops_mig_strategy): the device plugin and GFD run with "
+                        f"{default_mig_strategy}; set gpuops_mig_strategy instead, or drop the flag")
     flags["migStrategy"] = strategy
     plugin = flags.get("plugin") or {}
     dls = plugin.get("deviceListStrategy")

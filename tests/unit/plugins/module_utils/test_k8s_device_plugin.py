@@ -66,7 +66,7 @@ MIG_GPU_UUID = "MIG-GPU-b1028956-cfa2-0990-bf4a-5da9abb51763/3/0"
 def shared(kind, *resources, **spec):
     """A config with one sharing section of ``kind`` (timeSlicing or mps)."""
     spec = dict(spec, resources=list(resources))
-    return {"version": "v1", "flags": {"migStrategy": "none"}, "sharing": {kind: spec}}
+    return {"version": "v1", "sharing": {kind: spec}}
 
 
 def gpu(replicas=2, **extra):
@@ -309,3 +309,18 @@ def test_vgpu_configs_refused(doc, expect):
     with pytest.raises(dp.ConfigError) as e:
         dp.validate_vgpu_configs(doc)
     assert expect in str(e.value)
+
+
+@pytest.mark.parametrize("flag, cluster, warned", [("none", "single", True), ("single", "single", False),
+                                                   ("mixed", "none", True), (None, "single", False)])
+def test_a_config_mig_strategy_the_pods_env_overrides_is_warned_about(flag, cluster, warned):
+    """The pods' MIG_STRATEGY (the cluster's strategy) is a set flag: it beats the config file's flags.migStrategy
+    in the plugin and GFD (seen on the GPU: a config saying none, GFD labelled nvidia.com/mig.strategy=single)."""
+    cfg = {"version": "v1", "flags": {} if flag is None else {"migStrategy": flag}}
+    warnings = dp.render({"cfg": cfg}, mig_strategy=cluster)[1]
+    hits = [w for w in warnings if "flags.migStrategy" in w]
+    assert bool(hits) is warned
+    if warned:
+        assert hits == ["device plugin config 'cfg': flags.migStrategy %s is overridden by the pods' MIG_STRATEGY %s "
+                        "(gpuops_mig_strategy): the device plugin and GFD run with %s; set gpuops_mig_strategy "
+                        "instead, or drop the flag" % (flag, cluster, cluster)]
