@@ -156,7 +156,10 @@ def kubectl(*args, timeout=60):
 
 
 def wait(what, fn, timeout, every=1.0):
-    """Poll ``fn`` (returns a truthy result when done) for up to ``timeout`` s; the last result either way."""
+    """Poll ``fn`` (returns a truthy result when done) for up to ``timeout`` s; the last result either way.  Before
+    the uninstall, never past the budget less the uninstall's share (a step that hangs cannot eat the uninstall)."""
+    if "uninstalled" not in STATE:
+        timeout = max(5, min(timeout, BUDGET - (time.time() - T0) - UNINSTALL_S))
     deadline = time.time() + timeout
     while True:
         try:
