@@ -25,7 +25,7 @@
 # the component pods get to run, default 90), GPUC_DIAGNOSE_ONLY=1 (run: a failing component is diagnosed and
 # the run ends there, for a loan too short for the rest), GPUC_BUDGET
 # (run: seconds lane.py may take, default 500), GPUC_SKIP (run: steps left out, comma-separated: timeslice,
-# mps, validator, doctor, driver-upgrade).
+# mps, validator, doctor, driver-upgrade, uninstall).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
