@@ -109,6 +109,13 @@ class Role:
         assert found, f"{tasks_file}: no task {name!r}"
         return found
 
+    def assert_holds(self, tasks_file, name, **overrides):
+        """Whether every condition of an assert task (its ``that``) holds with these variables, as Ansible
+        evaluates them; and its ``fail_msg`` rendered with them."""
+        t = self.task(tasks_file, name)["ansible.builtin.assert"]
+        templar = self.templar(**overrides)
+        return all(templar.evaluate_conditional(c) for c in t["that"]), templar.template(t.get("fail_msg", ""))
+
     def set_fact(self, tasks_file, name, **overrides):
         """The values a set_fact task sets, with its task vars, and whether its `when` holds."""
         t = self.task(tasks_file, name)

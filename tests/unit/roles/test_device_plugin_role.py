@@ -76,9 +76,7 @@ def test_one_mps_root_for_the_daemon_the_plugin_and_its_clients(root):
 
 def mps_root_ok(root):
     """Whether the role's check of the MPS root (tasks/prepare.yml) holds for this value, as Ansible evaluates it."""
-    task = ROLE.task("prepare.yml", "Check the MPS root")
-    templar = ROLE.templar(device_plugin_mps_root=root)
-    return all(templar.evaluate_conditional(c) for c in task["ansible.builtin.assert"]["that"])
+    return ROLE.assert_holds("prepare.yml", "Check the MPS root", device_plugin_mps_root=root)[0]
 
 
 @pytest.mark.parametrize("root", ["relative/mps", "/run/nvidia/mps/", "/run/../etc", "/run/nvidia/mps\n",
@@ -93,7 +91,6 @@ def test_mps_root_accepted(root):
 
 
 def test_mps_root_message_names_the_variable():
-    task = ROLE.task("prepare.yml", "Check the MPS root")
-    msg = ROLE.templar(device_plugin_mps_root="/run/\"x").template(task["ansible.builtin.assert"]["fail_msg"])
+    msg = ROLE.assert_holds("prepare.yml", "Check the MPS root", device_plugin_mps_root='/run/"x')[1]
     assert msg.startswith("device_plugin_mps_root must be an absolute directory path")
     assert '"/run/\\"x"' in msg  # the value shown as JSON, quoted

@@ -60,9 +60,8 @@ def test_only_the_driver_validation_gets_the_driver_settings():
 
 
 def dir_ok(value):
-    task = ROLE.task("main.yml", "Check the driver directory the validator searches")
-    templar = ROLE.templar(validator_driver_install_dir=value)
-    return all(templar.evaluate_conditional(c) for c in task["ansible.builtin.assert"]["that"])
+    return ROLE.assert_holds("main.yml", "Check the driver directory the validator searches",
+                             validator_driver_install_dir=value)[0]
 
 
 @pytest.mark.parametrize("value", ["usr/local/nvidia", "/usr/local/nvidia/", "/usr/../etc", "/usr/local/nvidia\n",

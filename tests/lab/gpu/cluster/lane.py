@@ -424,6 +424,37 @@ def main():
     return uninstall(labels_before, containerd_before)
 
 
+def pods_at_once(prefix, n, sleep, during=None):
+    """``n`` pods ``<prefix>-<i>`` asking for nvidia.com/gpu: 1 each run the CUDA check and sleep; ``during()`` is
+    polled while they run (its last result returned).  Returns (whether all ran it with 0 mismatches and overlapped
+    in time, what each did: phase, start, end, zero mismatches, its CUDA_MPS_PIPE_DIRECTORY if any, and what
+    ``during`` gave)."""
+    names = ["%s-%d" % (prefix, i) for i in range(n)]
+    for name in names:
+        core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                                               "spec": {"restartPolicy": "Never", "containers": [{
+                                                   "name": "cuda", "image": CUDA_IMAGE, "command": [
+                                                       "sh", "-c", "date +START%%s.%%N; env | grep ^CUDA_MPS; "
+                                                       "python3 /check/_cuda.py; sleep %d; date +END%%s.%%N" % sleep],
+                                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    seen = wait("%s while they run" % prefix, during, 60, 1) if during else None
+    wait("%s pods" % prefix, lambda: all(pod_phase(x) in ("Succeeded", "Failed") for x in names), 120, 2)
+    spans = {}
+    for name in names:
+        log = core.read_namespaced_pod_log(name, "default") if pod_phase(name) else ""
+        open(os.path.join(OUT, "pod-%s.log" % name), "w").write(log)
+        s_ = re.search(r"START(\d+\.\d+)", log)
+        e_ = re.search(r"END(\d+\.\d+)", log)
+        spans[name] = {"phase": pod_phase(name), "start": s_ and float(s_.group(1)), "end": e_ and float(e_.group(1)),
+                       "zero_mismatches": " 0 mismatches" in log,
+                       "pipe": (re.findall(r"^CUDA_MPS_PIPE_DIRECTORY=(.*)$", log, re.M) or [None])[0]}
+    together = all(v["start"] and v["end"] and v["zero_mismatches"] and v["phase"] == "Succeeded" for v in spans.values()) \
+        and max(v["start"] for v in spans.values()) < min(v["end"] for v in spans.values())
+    for name in names:
+        core.delete_namespaced_pod(name, "default")
+    return together, dict(spans, during=seen)
+
+
 def timeslice():
     """Time-slicing switched live through the device plugin's config label (1 -> 4 -> 1), four pods at once."""
     kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=timeslice4", "--overwrite")
@@ -434,26 +465,8 @@ def timeslice():
     wait("GFD sharing labels", lambda: gfd_labels().get("nvidia.com/gpu.replicas") == "4", 90, 2)
     gfd_vs_ours("timeslice-gfd-labels-equal-ours", gfd_labels(), ts_ours,
                 "GFD relabelled live by its config-manager (time-slicing, replicas 4) against gpu_facts with that config")
-    for i in range(4):
-        core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ts-%d" % i},
-                                               "spec": {"restartPolicy": "Never", "containers": [{
-                                                   "name": "cuda", "image": CUDA_IMAGE, "command": [
-                                                       "sh", "-c", "date +START%s.%N; python3 /check/_cuda.py; "
-                                                       "sleep 15; date +END%s.%N"],
-                                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
-    wait("ts pods", lambda: all(pod_phase("ts-%d" % i) in ("Succeeded", "Failed") for i in range(4)), 120, 2)
-    spans = {}
-    for i in range(4):
-        log = core.read_namespaced_pod_log("ts-%d" % i, "default") if pod_phase("ts-%d" % i) else ""
-        s = re.search(r"START(\d+\.\d+)", log)
-        e = re.search(r"END(\d+\.\d+)", log)
-        spans["ts-%d" % i] = {"phase": pod_phase("ts-%d" % i), "start": s and float(s.group(1)),
-                              "end": e and float(e.group(1)), "zero_mismatches": " 0 mismatches" in log}
-    together = all(v["start"] and v["end"] and v["zero_mismatches"] and v["phase"] == "Succeeded" for v in spans.values()) \
-        and max(v["start"] for v in spans.values()) < min(v["end"] for v in spans.values())
+    together, spans = pods_at_once("ts", 4, 15)
     check("timeslice-four-pods-at-once", together, spans)
-    for i in range(4):
-        core.delete_namespaced_pod("ts-%d" % i, "default")
     kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=default", "--overwrite")
     a1 = wait("allocatable 1", lambda: allocatable_gpu() == "1", 120, 2)
     check("timeslice-back-to-1", a1, "label back to default: allocatable %s" % allocatable_gpu())
@@ -589,34 +602,15 @@ def mps_step():
     wait("GFD MPS labels", lambda: gfd_labels().get("nvidia.com/gpu.replicas") == "2", 60, 2)
     gfd_vs_ours("mps-gfd-labels-equal-ours", gfd_labels(), our_labels("mps2"),
                 "GFD relabelled live by its config-manager (MPS, replicas 2) against gpu_facts with that config")
-    for i in range(2):
-        core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mps-%d" % i},
-                                               "spec": {"restartPolicy": "Never", "containers": [{
-                                                   "name": "cuda", "image": CUDA_IMAGE, "command": [
-                                                       "sh", "-c", "date +START%s.%N; env | grep ^CUDA_MPS; "
-                                                       "python3 /check/_cuda.py; sleep 20; date +END%s.%N"],
-                                                   "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+
     def mps_server():
         procs = sh(["pgrep", "-a", "nvidia-cuda-mps"])[1].strip()
         return procs if "nvidia-cuda-mps-server" in procs else None
-    servers = wait("MPS server", mps_server, 60, 1)
-    wait("mps pods", lambda: all(pod_phase("mps-%d" % i) in ("Succeeded", "Failed") for i in range(2)), 120, 2)
-    spans = {}
-    for i in range(2):
-        name = "mps-%d" % i
-        log = core.read_namespaced_pod_log(name, "default") if pod_phase(name) else ""
-        open(os.path.join(OUT, "pod-%s.log" % name), "w").write(log)
-        s_ = re.search(r"START(\d+\.\d+)", log)
-        e_ = re.search(r"END(\d+\.\d+)", log)
-        spans[name] = {"phase": pod_phase(name), "start": s_ and float(s_.group(1)), "end": e_ and float(e_.group(1)),
-                       "zero_mismatches": " 0 mismatches" in log,
-                       "pipe": (re.findall(r"^CUDA_MPS_PIPE_DIRECTORY=(.*)$", log, re.M) or [None])[0]}
-    together = all(v["start"] and v["end"] and v["zero_mismatches"] and v["phase"] == "Succeeded" and v["pipe"]
-                   for v in spans.values()) and max(v["start"] for v in spans.values()) < min(v["end"] for v in spans.values())
+    together, spans = pods_at_once("mps", 2, 20, during=mps_server)
+    servers = spans["during"]
+    together = together and all(v["pipe"] for k, v in spans.items() if k != "during")
     check("mps-two-pods-at-once", together and bool(servers),
           "%s; on the host while they ran: %s" % (spans, servers))
-    for i in range(2):
-        core.delete_namespaced_pod("mps-%d" % i, "default")
     kubectl("label", "node", NODE, "nvidia.com/device-plugin.config=default", "--overwrite")
     a1 = wait("allocatable 1", lambda: allocatable_gpu() == "1", 120, 2)
     gone = wait("MPS pod gone", lambda: mps_app not in component_pods(), 90, 2)
