@@ -94,3 +94,16 @@ def test_mps_root_message_names_the_variable():
     msg = ROLE.assert_holds("prepare.yml", "Check the MPS root", device_plugin_mps_root='/run/"x')[1]
     assert msg.startswith("device_plugin_mps_root must be an absolute directory path")
     assert '"/run/\\"x"' in msg  # the value shown as JSON, quoted
+
+
+@pytest.mark.parametrize("value, ok", [("/run/nvidia/mps", True), ("/usr/local/nvidia", True), ("/run/../etc", False),
+                                       ("/run/mps/", False), ("/run/mps\n", False), ("/{{ x }}", False), (5, False)])
+def test_cluster_preflight_checks_the_directories_before_any_component(value, ok):
+    """cluster.yml's preflight (roles/node_labels) refuses a bad MPS root or validator driver directory from the
+    inventory before the first component is applied (the component roles check them again with their defaults)."""
+    nl = Role("node_labels")
+    name = "Validate the host directories given to the component roles"
+    assert nl.task("preflight.yml", name)["loop"] == ["device_plugin_mps_root", "validator_driver_install_dir"]
+    holds, msg = nl.assert_holds("preflight.yml", name, _node_labels_dir=value, item="validator_driver_install_dir")
+    assert holds is ok
+    assert msg.startswith("validator_driver_install_dir must be an absolute directory path")
