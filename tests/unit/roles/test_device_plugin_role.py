@@ -74,20 +74,30 @@ def test_one_mps_root_for_the_daemon_the_plugin_and_its_clients(root):
     assert {"name": "mps-shm", "mountPath": "/dev/shm"} in plugin["volumeMounts"]
 
 
-def mps_root_ok(root):
-    """Whether the role's check of the MPS root (tasks/prepare.yml) holds for this value, as Ansible evaluates it."""
-    return ROLE.assert_holds("prepare.yml", "Check the MPS root", device_plugin_mps_root=root)[0]
+# the two host directories the component roles mount (each role's own check, run before it applies anything)
+DIR_CHECKS = {"device_plugin_mps_root": (ROLE, "prepare.yml", "Check the MPS root"),
+              "validator_driver_install_dir": (Role("validator"), "main.yml",
+                                               "Check the driver directory the validator searches")}
 
 
-@pytest.mark.parametrize("root", ["relative/mps", "/run/nvidia/mps/", "/run/../etc", "/run/nvidia/mps\n",
-                                  "/run/{{ lookup('pipe', 'id') }}", "/run/nvidia mps", "/", "/run/$(id)", 7, ""])
-def test_bad_mps_root_refused(root):
-    assert not mps_root_ok(root)
+def dir_ok(var, value):
+    role, tasks, name = DIR_CHECKS[var]
+    return role.assert_holds(tasks, name, **{var: value})[0]
 
 
-@pytest.mark.parametrize("root", ["/run/nvidia/mps", "/var/lib/gpu-mps", "/run/nvidia/mps.d/x_1"])
-def test_mps_root_accepted(root):
-    assert mps_root_ok(root)
+@pytest.mark.parametrize("var", sorted(DIR_CHECKS))
+@pytest.mark.parametrize("value", ["relative/mps", "/run/nvidia/mps/", "/run/../etc", "/run/nvidia/mps\n",
+                                   "/run/{{ lookup('pipe', 'id') }}", "/run/nvidia mps", "/", "/run/$(id)", 7, "",
+                                   "usr/local/nvidia", "/x;id"])
+def test_bad_directory_refused(var, value):
+    assert not dir_ok(var, value)
+
+
+@pytest.mark.parametrize("var", sorted(DIR_CHECKS))
+@pytest.mark.parametrize("value", ["/run/nvidia/mps", "/var/lib/gpu-mps", "/run/nvidia/mps.d/x_1", "/run/nvidia/driver",
+                                   "/usr/local/nvidia", "/opt/nvidia-580.159"])
+def test_directory_accepted(var, value):
+    assert dir_ok(var, value)
 
 
 def test_mps_root_message_names_the_variable():
