@@ -261,6 +261,15 @@ def k8s_node_label_objects(on, off=None, labels=None):
 
 
 @_refusing
+def k8s_labels_left_by(nodes, managers, keys):
+    """k8s_info Node resources -> partial Node manifests with the labels among ``keys`` (a key, or a prefix ending
+    in "." or "/") that only the field ``managers`` set."""
+    managers = _names(managers, "managers (field manager names)", optional=False)
+    keys = _names(keys, "keys (label keys or prefixes)", optional=False)
+    return kl.labels_left_by(_k8s_resources(nodes, "Node resources"), managers, keys)
+
+
+@_refusing
 def k8s_ready_pod_nodes(pods):
     """k8s_info Pod resources -> sorted node names whose pod has condition Ready=True."""
     out = set()
@@ -368,6 +377,7 @@ class FilterModule:
             "k8s_image": k8s_image,
             "k8s_name_refs": k8s_name_refs,
             "k8s_node_label_objects": k8s_node_label_objects,
+            "k8s_labels_left_by": k8s_labels_left_by,
             "k8s_ready_pod_nodes": k8s_ready_pod_nodes,
             "k8s_daemonset_ready_nodes": k8s_daemonset_ready_nodes,
             "k8s_validation_jobs": k8s_validation_jobs,

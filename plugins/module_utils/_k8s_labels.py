@@ -147,7 +147,10 @@ def node_plan(nodes, current=None, options=None):
     ``taint_gpu_nodes`` (True), ``taint`` (DEFAULT_TAINT), ``taint_vm_nodes`` (False: vm-passthrough and
     vm-vgpu nodes are not tainted, so KubeVirt's virt-launcher pods, which tolerate nothing of ours unless the
     VM says so, can run there; a taint of ours already on such a node is removed), ``mig_strategy`` (single),
-    ``device_plugin_configs`` (name -> config, to label sharing), ``state`` (present|absent).
+    ``device_plugin_configs`` (name -> config, to label sharing), ``state`` (present|absent),
+    ``mig_default_config`` ("": none; the MIG manager's default config, labelled ``nvidia.com/mig.config`` on a
+    MIG-capable container node that names none and has no such label from anyone else, as the operator labels
+    ``all-disabled`` -- without a label the MIG manager waits and reports nothing).
 
     Returns ``{"nodes": [{name, labels, taints, workload, components}], "errors": []}``;
     raises LabelPlanError listing every invalid node.
@@ -168,7 +171,7 @@ def node_plan(nodes, current=None, options=None):
     if opts.get("device_plugin_configs") is not None and not isinstance(opts["device_plugin_configs"], dict):
         shape.append("options.device_plugin_configs must map config names to configs, got {!r}"
                      .format(opts["device_plugin_configs"]))
-    for key in ("default_workload", "sandbox_mode", "mig_strategy", "state"):
+    for key in ("default_workload", "sandbox_mode", "mig_strategy", "state", "mig_default_config"):
         if opts.get(key) is not None and not isinstance(opts[key], str):
             shape.append("options.{} must be a string, got {!r}".format(key, opts[key]))
     if shape:
@@ -181,6 +184,7 @@ def node_plan(nodes, current=None, options=None):
     taint_vm = opts.get("taint_vm_nodes", False)
     strategy = opts.get("mig_strategy", "single")
     dp_configs = opts.get("device_plugin_configs") or {}
+    mig_default = opts.get("mig_default_config") or ""
     errors = []
     if default_workload not in WORKLOADS:
         errors.append("default workload kind {!r} is not one of {}".format(default_workload, ", ".join(WORKLOADS)))
@@ -260,6 +264,9 @@ def node_plan(nodes, current=None, options=None):
                         errors.append(f"{name}: MIG config {mig!r} on a node without MIG-capable GPUs")
                         continue
                     labels[MIG_CONFIG_LABEL] = mig
+                elif mig_default and mig_capable and (MIG_CONFIG_LABEL not in have_labels
+                                                      or MIG_CONFIG_LABEL in (have.get("owned_labels") or ())):
+                    labels[MIG_CONFIG_LABEL] = mig_default
             elif node.get("device_plugin_config") or node.get("mig_config"):
                 errors.append(f"{name}: device plugin / MIG configs apply to container nodes, not {workload}")
                 continue
@@ -302,6 +309,31 @@ def owned_labels(managed_fields, manager):
         fields = entry.get("fieldsV1") or {}
         keys.update(k[2:] for k in ((fields.get("f:metadata") or {}).get("f:labels") or {}) if k.startswith("f:"))
     return keys
+
+
+def labels_left_by(nodes, managers, keys):
+    """Node objects (with managedFields) -> partial Node manifests ``{apiVersion, kind, metadata: {name,
+    labels}}`` holding the labels among ``keys`` that only ``managers`` set, with their values: what a removed
+    component wrote on the nodes and nobody else claims.  A key ending in ``.`` or ``/`` is a prefix.  A label
+    with no managedFields entry at all is nobody's to take (left alone)."""
+    managers = set(managers)
+    exact = {k for k in keys if not k.endswith((".", "/"))}
+    prefixes = tuple(k for k in keys if k.endswith((".", "/")))
+    out = []
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        owners = {}
+        for entry in meta.get("managedFields") or []:
+            fields = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
+            for f in fields:
+                if f.startswith("f:"):
+                    owners.setdefault(f[2:], set()).add(entry.get("manager"))
+        left = {k: v for k, v in labels.items()
+                if (k in exact or k.startswith(prefixes)) and owners.get(k) and owners[k] <= managers}
+        if left:
+            out.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": meta["name"], "labels": left}})
+    return out
 
 
 def node_current(nodes, field_manager=None):

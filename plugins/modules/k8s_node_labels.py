@@ -74,6 +74,13 @@ options:
     description: Device plugin configs by name; a node naming one gets its sharing labels (replicas, strategy).
     type: dict
     default: {}
+  mig_default_config:
+    description:
+      - The MIG manager's default config, labelled C(nvidia.com/mig.config) on every MIG-capable container node
+        that names no MIG config and has no such label set by anyone else (as the GPU Operator labels
+        C(all-disabled) when its MIG manager is on). Empty, no label.
+    type: str
+    default: ""
   taint_gpu_nodes:
     description: Taint container GPU nodes with O(taint).
     type: bool
@@ -179,7 +186,7 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._k8s_client import (
     api_error, connect, connection_spec, list_items, list_spec, timeout_spec)
 
 _PLAN_OPTIONS = ("state", "default_workload", "sandbox_mode", "mig_strategy", "device_plugin_configs",
-                 "taint_gpu_nodes", "taint_vm_nodes", "taint")
+                 "taint_gpu_nodes", "taint_vm_nodes", "taint", "mig_default_config")
 
 
 def argument_spec():
@@ -190,6 +197,7 @@ def argument_spec():
         sandbox_mode=dict(type="str", choices=list(kl.SANDBOX_MODES), default="kubevirt"),
         mig_strategy=dict(type="str", choices=["none", "single", "mixed"], default="single"),
         device_plugin_configs=dict(type="dict", default={}),
+        mig_default_config=dict(type="str", default=""),
         taint_gpu_nodes=dict(type="bool", default=True),
         taint_vm_nodes=dict(type="bool", default=False),
         taint=dict(type="dict", default=dict(kl.DEFAULT_TAINT)),

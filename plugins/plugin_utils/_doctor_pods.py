@@ -64,6 +64,8 @@ REQUIRES = {"nvidia-device-plugin-mps-control-daemon": ("nvidia.com/gpu.deploy.d
 
 #: the node's one GPU workload kind, as the GPU Operator reads it (no label: its default, container)
 WORKLOAD_LABEL = "nvidia.com/gpu.workload.config"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 WORKLOADS = ("container", "vm-passthrough", "vm-vgpu")
 
 CRASH_REASONS = frozenset({"CrashLoopBackOff"})
@@ -451,6 +453,26 @@ def _workload_label(node, labels, workload):
                     node=node, label=WORKLOAD_LABEL, have=have, want=workload)
 
 
+def _mig_state(node, labels, pods, ns):
+    """NVIDIA's MIG manager's report on the Node: a finding when it says failed; None otherwise."""
+    if labels.get(MIG_STATE_LABEL) != "failed":
+        return None
+    raw = labels.get(MIG_CONFIG_LABEL)
+    config = text(raw, 63) if isinstance(raw, str) else None
+    mgr = [p["name"] for p in pods if p["app"] == "nvidia-mig-manager"]
+    logs = _kubectl(ns, "logs", _shell(mgr[0])) if mgr else _kubectl(ns, "get", "pods", "-l", "app=nvidia-mig-manager", "-o", "wide")
+    summary = "node %s: NVIDIA's MIG manager could not apply MIG config %s (%s=failed)" % (
+        node, _shell(config) if config else "(none named)", MIG_STATE_LABEL)
+    remediation = (
+        "read why in the MIG manager's log (%s); the config %s names must be one of mig_manager's configs "
+        "(gpuops_mig_configs) and fit this node's GPUs: set the host's gpuops_mig_config to one that does and run "
+        "playbooks/cluster.yml; a MIG mode change the GPU refuses while in use needs the node drained or rebooted "
+        "(mig_manager_with_reboot); the MIG manager also needs the host's D-Bus system bus "
+        "(/run/dbus/system_bus_socket)" % (logs, MIG_CONFIG_LABEL))
+    return _finding("mig-config-failed", "error", summary, remediation,
+                    node=node, label=MIG_STATE_LABEL, config=config)
+
+
 def _unknown(error):
     return _finding("component-pods-unknown", "info",
                     "could not list the GPU Operator component pods: %s" % (text(error) or "no answer"),
@@ -503,6 +525,9 @@ def pod_findings(pods, nodes, node_name, namespace=None, pods_error=None, worklo
     if labels is not None:
         present = {p["app"] for p in here}
         ns = ns_given or (here[0]["namespace"] if here else "")
+        mig = _mig_state(node, labels, here, ns)
+        if mig:
+            findings.append(mig)
         for app, (_role, label, _words, _kind) in COMPONENTS.items():
             if label and labels.get(label) == "true" and app not in present \
                     and all(labels.get(r) == "true" for r in REQUIRES.get(app, ())):

@@ -655,6 +655,10 @@ FILTER_CASES = {
     "k8s_node_label_objects: off a number": (fk.k8s_node_label_objects, (["n"], 5), {}),
     "k8s_node_label_objects: labels a list": (fk.k8s_node_label_objects, (["n"], None, ["a=b"]), {}),
     "k8s_node_label_objects: names of ints": (fk.k8s_node_label_objects, ([5],), {}),
+    "k8s_labels_left_by: nodes a mapping": (fk.k8s_labels_left_by, ({"items": []}, ["m"], ["k"]), {}),
+    "k8s_labels_left_by: managers a string": (fk.k8s_labels_left_by, ([], "nvidia-mig-manager", ["k"]), {}),
+    "k8s_labels_left_by: keys missing": (fk.k8s_labels_left_by, ([], ["m"], None), {}),
+    "k8s_labels_left_by: a node without a name": (fk.k8s_labels_left_by, ([{"metadata": {}}], ["m"], ["k"]), {}),
     "k8s_daemonset_ready_nodes: a mapping": (fk.k8s_daemonset_ready_nodes, ({"items": []}, []), {}),
     "k8s_daemonset_ready_nodes: status a string": (fk.k8s_daemonset_ready_nodes, (
         [{"metadata": {"name": "ds"}, "status": "Ready"}], []), {}),

@@ -597,3 +597,27 @@ def test_a_hostile_label_value_is_shown_as_one_quoted_bounded_line(value):
 def test_a_workload_that_is_not_a_workload_kind_is_refused(bad):
     with pytest.raises(AnsibleFilterError, match="workload must be one of container, vm-passthrough, vm-vgpu"):
         run([], nodes=LABELLED, workload=bad)
+
+
+def test_a_mig_manager_that_reported_failed_is_an_error_with_its_log_and_the_config():
+    """The MIG manager's pod runs and is Ready; its report on the Node (nvidia.com/mig.config.state=failed) is the
+    finding: the config the label names, the log of its pod on the node, the variable and playbook that change it."""
+    labels = dict(all_deploy_labels(), **{"nvidia.com/mig.config": "no-such-config",
+                                           "nvidia.com/mig.config.state": "failed"})
+    out = run(healthy_pods(), nodes=[node(labels=labels)])
+    assert ids(out) == [("mig-config-failed", "error")]
+    f = one(out, "mig-config-failed")
+    assert f["summary"] == ("node gpu-p02: NVIDIA's MIG manager could not apply MIG config no-such-config "
+                            "(nvidia.com/mig.config.state=failed)")
+    mgr = [p["metadata"]["name"] for p in healthy_pods() if p["metadata"]["labels"]["app"] == "nvidia-mig-manager"]
+    for text in ("kubectl -n gpu-operator logs %s" % mgr[0], "gpuops_mig_configs", "gpuops_mig_config",
+                 "playbooks/cluster.yml", "mig_manager_with_reboot", "/run/dbus/system_bus_socket"):
+        assert text in f["remediation"]
+    # success, pending, a hostile config name: no finding / one quoted line
+    for state in ("success", "pending", "rebooting"):
+        assert run(healthy_pods(), nodes=[node(labels=dict(labels, **{"nvidia.com/mig.config.state": state}))])[
+            "findings"] == []
+    hostile = one(run([], nodes=[node(labels=dict(labels, **{"nvidia.com/mig.config": "$(id)\nx"}))]),
+                  "mig-config-failed")
+    assert "\n" not in hostile["summary"] and "'$(id) x'" in hostile["summary"]
+    assert "-l app=nvidia-mig-manager" in hostile["remediation"]  # no pod of it on the node: how to find one

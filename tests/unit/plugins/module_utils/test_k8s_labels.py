@@ -207,3 +207,45 @@ def test_vm_workload_nodes_are_not_tainted_so_virt_launcher_pods_run_there():
     assert p["vg"]["taints"] == [] and p["c"]["taints"] == [kl.DEFAULT_TAINT]
     tainted = {n["name"]: n for n in kl.node_plan(nodes, current, {"taint_vm_nodes": True})["nodes"]}
     assert all(kl.DEFAULT_TAINT in n["taints"] for n in tainted.values())
+
+
+def test_mig_default_config_labels_capable_container_nodes_that_name_none():
+    """The MIG manager acts on nvidia.com/mig.config only: with its default given, a MIG-capable container node
+    naming no config gets it (as the operator labels all-disabled); a node's own config, a label someone else
+    set, a node without MIG and a VM node are left as they are; a label of ours is kept on the next run."""
+    nodes = [{"name": "h200", "gpu": H200}, {"name": "own", "gpu": H200, "mig_config": "all-1g.18gb"},
+             {"name": "theirs", "gpu": H200}, {"name": "l40s", "gpu": L40S},
+             {"name": "vm", "gpu": H200, "workload": "vm-passthrough"}]
+    current = {"theirs": {"labels": {kl.MIG_CONFIG_LABEL: "all-balanced"}, "taints": [], "owned_labels": set()},
+               "h200": {"labels": {kl.MIG_CONFIG_LABEL: "all-disabled"}, "taints": [],
+                        "owned_labels": {kl.MIG_CONFIG_LABEL}}}
+    got = {n: p["labels"].get(kl.MIG_CONFIG_LABEL)
+           for n, p in plan(nodes, current, mig_default_config="all-disabled").items()}
+    assert got == {"h200": "all-disabled", "own": "all-1g.18gb", "theirs": None, "l40s": None, "vm": None}
+    # no default (the MIG manager not deployed): no label of ours
+    assert plan(nodes[:1])["h200"]["labels"].get(kl.MIG_CONFIG_LABEL) is None
+    with pytest.raises(kl.LabelPlanError, match="mig_default_config must be a string"):
+        plan(nodes[:1], mig_default_config=["all-disabled"])
+
+
+def test_labels_left_by_only_what_no_one_else_set():
+    """What a removed component wrote on a node (NVIDIA's MIG manager: its state label, a deploy label it found
+    missing) is found by managedFields; a label another manager also set, one outside the keys, and one nobody's
+    managedFields name stay."""
+    def entry(manager, operation, *labels):
+        return {"manager": manager, "operation": operation,
+                "fieldsV1": {"f:metadata": {"f:labels": {"f:" + k: {} for k in labels}}}}
+    node = {"metadata": {"name": "gpu-0", "labels": {
+        "nvidia.com/mig.config.state": "success", "nvidia.com/gpu.deploy.nvsm": "true",
+        "nvidia.com/gpu.deploy.device-plugin": "true", "nvidia.com/mig.config": "all-disabled",
+        "nvidia.com/gpu.deploy.dcgm": "true", "kubernetes.io/hostname": "gpu-0"},
+        "managedFields": [
+            entry("nvidia-mig-manager", "Update", "nvidia.com/mig.config.state", "nvidia.com/gpu.deploy.nvsm",
+                  "nvidia.com/gpu.deploy.device-plugin", "kubernetes.io/hostname"),
+            entry("gpuops-nvidia", "Apply", "nvidia.com/gpu.deploy.device-plugin", "nvidia.com/mig.config")]}}
+    keys = ["nvidia.com/mig.config.state", "nvidia.com/gpu.deploy."]
+    assert kl.labels_left_by([node], ["nvidia-mig-manager"], keys) == [{"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "gpu-0", "labels": {"nvidia.com/mig.config.state": "success", "nvidia.com/gpu.deploy.nvsm": "true"}}}]
+    assert kl.labels_left_by([node], ["someone-else"], keys) == []
+    bare = {"metadata": {"name": "n", "labels": {"nvidia.com/mig.config.state": "success"}}}
+    assert kl.labels_left_by([bare], ["nvidia-mig-manager"], keys) == []
