@@ -21,6 +21,11 @@
 #                                                directory of NVIDIA's repository), the validator role's pin
 #                                                checked against KNOWN_OPERATOR_TAGS, offline from its vendor/
 #                                                tree (the GPU cluster lane's validator image); else not built
+#   nvidia-mig-manager, nvidia-mig-parted    <- github.com/NVIDIA/mig-parted with MIG_PARTED_GIT (a git directory of
+#                                                NVIDIA's repository; the Go module proxy refuses the module), the
+#                                                mig_manager role's pin checked against KNOWN_MIG_TAGS, offline from
+#                                                its vendor/ tree (the GPU cluster lane's MIG manager image); else not
+#                                                built
 #   nfd-master, nfd-worker                    <- sigs.k8s.io/node-feature-discovery at the version the
 #                                                nfd role pins (plugins/plugin_utils/_components.py)
 #   loopback                                  <- github.com/containernetworking/plugins (the CNI config of
@@ -55,6 +60,11 @@ GPU_OPERATOR_VERSION=${GPU_OPERATOR_VERSION:-$(python3 "$ROOT/docs/render_data.p
 # the commit each tag built from a git directory must resolve to (a tag is a name anyone can move)
 declare -A KNOWN_TAGS=([v0.20.0]=1b826acc6af3079d8923bac395c3124b8861a9a6)
 declare -A KNOWN_OPERATOR_TAGS=([v26.7.0]=10ee5b3638b89e11e949412aafa5ba99279c3721)
+# NVIDIA's mig-parted repository (a git directory): nvidia-mig-manager and nvidia-mig-parted at the mig_manager role's
+# pin, for the GPU cluster lane's MIG manager image; none: no MIG manager there
+MIG_PARTED_GIT=${MIG_PARTED_GIT:-}
+MIG_MANAGER_VERSION=${MIG_MANAGER_VERSION:-$(python3 "$ROOT/docs/render_data.py" --get components.mig_manager)}
+declare -A KNOWN_MIG_TAGS=([v0.15.0]=e2d5ad1fc72b9d298ea6d04b885cf2d7dbe56941)
 NFD_VERSION=${NFD_VERSION:-$(python3 "$ROOT/docs/render_data.py" --get components.nfd)}
 CNI_PLUGINS_VERSION=${CNI_PLUGINS_VERSION:-v1.10.0}
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
@@ -183,6 +193,28 @@ build_validator_git() {  # nvidia-validator (static) and the workload manifests 
     rm -rf "$BIN/validator-manifests"; mkdir -p "$BIN/validator-manifests"
     cp "$src"/validator/manifests/*.yaml "$BIN/validator-manifests/"
     stamp nvidia-validator "$s"
+}
+
+build_mig_manager_git() {  # nvidia-mig-manager and the nvidia-mig-parted it runs, from NVIDIA's mig-parted
+    [[ -n $MIG_PARTED_GIT ]] || return 0
+    local v=$MIG_MANAGER_VERSION want=${KNOWN_MIG_TAGS[$MIG_MANAGER_VERSION]:-} commit c
+    [[ -n $want ]] || { log "ERROR: no known commit for mig-parted $v (KNOWN_MIG_TAGS)"; exit 1; }
+    commit=$(git --git-dir="$MIG_PARTED_GIT" rev-parse --verify -q "refs/tags/$v^{commit}") ||
+        { log "ERROR: $MIG_PARTED_GIT has no tag $v"; exit 1; }
+    [[ $commit == "$want" ]] || { log "ERROR: tag $v is $commit in $MIG_PARTED_GIT, not $want"; exit 1; }
+    local s="mig-parted-$v@$commit"
+    fresh nvidia-mig-manager "$s" && fresh nvidia-mig-parted "$s" && return 0
+    log "mig-parted: building $v from $MIG_PARTED_GIT ($commit)"
+    local src=$WORK/mig-parted-git
+    rm -rf "$src"; mkdir -p "$src"
+    git_tree "$MIG_PARTED_GIT" "$commit" "$src" deployments examples .github
+    # cgo: NVML through dlopen (go-nvml), as NVIDIA builds them
+    (cd "$src" && for c in nvidia-mig-manager nvidia-mig-parted; do
+        GOFLAGS="-mod=vendor -buildvcs=false" GOPROXY=off CGO_ENABLED=1 nice -n "$NICE" "$GO" build -trimpath \
+            -ldflags "-s -w -X github.com/NVIDIA/mig-parted/internal/info.version=$v -X github.com/NVIDIA/mig-parted/internal/info.gitCommit=$commit" \
+            -o "$BIN/$c" "./cmd/$c"
+    done)
+    for c in nvidia-mig-manager nvidia-mig-parted; do stamp "$c" "$s"; done
 }
 
 build_device_plugin() {
@@ -320,6 +352,7 @@ build_containerd
 build_toolkit
 build_device_plugin
 build_validator_git
+build_mig_manager_git
 build_nfd
 build_cni
 build_kubelet

@@ -25,7 +25,7 @@
 # the component pods get to run, default 90), GPUC_DIAGNOSE_ONLY=1 (run: a failing component is diagnosed and
 # the run ends there, for a loan too short for the rest), GPUC_BUDGET
 # (run: seconds lane.py may take, default 500), GPUC_SKIP (run: steps left out, comma-separated: timeslice,
-# mps, validator, doctor, driver-upgrade, uninstall).
+# mps, validator, mig-manager, doctor, driver-upgrade, uninstall).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -33,9 +33,10 @@ KIT=${GPUC_KIT:-$ROOT/.gpu-cluster}
 CACHE=${GPUOPS_CACHE:-$HOME/.cache/gpuops}
 PART_A=(kube etcd containerd ctr containerd-shim-runc-v2)
 PART_B=(nvidia-device-plugin gpu-feature-discovery config-manager mps-control-daemon nfd-master nfd-worker runc busybox pause loopback)
-# part c: CRI-O (its step), and NVIDIA's validator with its workload manifests where they were built
-# (build.sh: GPU_OPERATOR_GIT) for the validator step
-PART_C=(crio crictl pinns nvidia-validator validator-manifests)
+# part c: CRI-O (its step), NVIDIA's validator with its workload manifests (build.sh: GPU_OPERATOR_GIT) for the
+# validator step, and NVIDIA's MIG manager with its nvidia-mig-parted (build.sh: MIG_PARTED_GIT) for the MIG
+# manager step, each where it was built
+PART_C=(crio crictl pinns nvidia-validator validator-manifests nvidia-mig-manager nvidia-mig-parted)
 K8S_LINKS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 CRIO_VERSION=${CRIO_VERSION:-v1.34.0}
 
@@ -58,8 +59,9 @@ pack_part() {  # pack_part <a|b> <binary>...: one xz stream with a dictionary la
         # mps-control-daemon: built with the device plugin from a git directory only (DEVICE_PLUGIN_GIT)
         [[ $b != mps-control-daemon ]] ||
             [[ $(cat "$CACHE/gpu/stamps/$b" 2>/dev/null) == "$(cat "$CACHE/gpu/stamps/nvidia-device-plugin")" ]] || continue
-        # nvidia-validator and its manifests: built from a git directory only (GPU_OPERATOR_GIT)
-        [[ $b != nvidia-validator && $b != validator-manifests ]] || [[ -e $(where "$b")/$b ]] || continue
+        # nvidia-validator and its manifests, the MIG manager: built from a git directory only (GPU_OPERATOR_GIT,
+        # MIG_PARTED_GIT)
+        case $b in nvidia-validator | validator-manifests | nvidia-mig-*) [[ -e $(where "$b")/$b ]] || continue ;; esac
         cp -r "$(where "$b")/$b" "$t/"
     done
     [[ $part != c ]] || conmon_bundle "$t"
@@ -74,28 +76,36 @@ pack_part() {  # pack_part <a|b> <binary>...: one xz stream with a dictionary la
     rm -rf "$t"
 }
 
-conmon_bundle() {  # conmon_bundle <dir>: CRI-O's Go binaries stripped, and Debian's conmon with the libraries and the
-    # loader it runs with here, started through that loader by a wrapper (the GPU machine may have none of them)
-    local t=$1 lib
+conmon_bundle() {  # conmon_bundle <dir>: CRI-O's Go binaries stripped, and Debian's conmon and dbus-daemon (the host
+    # D-Bus system bus NVIDIA's MIG manager connects to) with their libraries and loader
+    local t=$1
     strip "$t/crio" "$t/crictl"
-    mkdir -p "$t/conmon/lib"
-    cp /usr/bin/conmon "$t/conmon/conmon.real"
-    for lib in $(ldd /usr/bin/conmon | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}'); do
-        cp -L "$lib" "$t/conmon/lib/"
+    debian_bundle "$t" conmon /usr/bin/conmon
+    debian_bundle "$t" dbus-daemon /usr/bin/dbus-daemon
+}
+
+debian_bundle() {  # debian_bundle <dir> <name> <binary>: <dir>/<name>/<name>, a wrapper starting Debian's binary through
+    # the loader and libraries it runs with here (the GPU machine may have none of them)
+    local t=$1 name=$2 bin=$3 lib
+    mkdir -p "$t/$name/lib"
+    cp "$bin" "$t/$name/$name.real"
+    for lib in $(ldd "$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\/.*ld-linux/ {print $1}'); do
+        cp -L "$lib" "$t/$name/lib/"
     done
-    cat >"$t/conmon/conmon" <<'EOS'
+    cat >"$t/$name/$name" <<EOS
 #!/bin/sh
-# Debian's conmon with the libraries and loader it was built against (tests/lab/gpu/cluster.sh conmon_bundle)
-d=$(dirname "$(readlink -f "$0")")
-exec "$d/lib/ld-linux-x86-64.so.2" --library-path "$d/lib" "$d/conmon.real" "$@"
+# Debian's $name with the libraries and loader it was built against (tests/lab/gpu/cluster.sh debian_bundle)
+d=\$(dirname "\$(readlink -f "\$0")")
+exec "\$d/lib/ld-linux-x86-64.so.2" --library-path "\$d/lib" "\$d/$name.real" "\$@"
 EOS
-    chmod 755 "$t/conmon/conmon"
+    chmod 755 "$t/$name/$name"
 }
 
 pack() {
     [[ -x $ROOT/.venv/bin/python ]] || die "no .venv here: run make venv first"
     "$ROOT/tests/lab/cluster/build.sh" etcd kube
     bash "$HERE/build.sh"   # the GPU node bundle (.gpu-bundle): its binaries, toolkit archive and versions
+    command -v dbus-daemon >/dev/null || apt-get install -y --no-install-recommends dbus-daemon   # part c's D-Bus
     make -C "$ROOT" runtime-apt runtime-crio CRIO_VERSION="$CRIO_VERSION"   # CRI-O, pinns, crictl; conmon
     pack_part a "${PART_A[@]}" &
     local pa=$!
@@ -114,6 +124,7 @@ pack() {
         # how the device plugin's binaries were built (build.sh's stamp: version@commit, +patches' hash)
         echo "k8s-device-plugin-build=$(cat "$CACHE/gpu/stamps/mps-control-daemon" 2>/dev/null || echo none)"
         echo "gpu-operator-validator=$(cat "$CACHE/gpu/stamps/nvidia-validator" 2>/dev/null || echo none)"
+        echo "mig-parted=$(cat "$CACHE/gpu/stamps/nvidia-mig-manager" 2>/dev/null || echo none)"
         echo "kubernetes=$(sed -n 's/^K8S_VERSION=\${K8S_VERSION:-\(.*\)}$/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
         echo "etcd=$(sed -n 's/^ETCD_VERSION=\${ETCD_VERSION:-\([^}]*\)}.*/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
     } >"$c/versions.txt"

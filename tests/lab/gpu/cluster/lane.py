@@ -11,7 +11,9 @@ switched live through the device plugin's config label (1 -> 4 -> 1) with four p
 MPS through NVIDIA's MPS control daemon (config mps2: two pods as MPS clients at once); the validator role
 (NVIDIA's nvidia-validator in its DaemonSet, its workload pods, the role's Job, the node labelled validated);
 the doctor on the healthy cluster, then on a device plugin pod that cannot start and a node without its
-workload label (each named, with its fix, and repaired by site.yml); driver_upgrade.yml on the node; cluster
+workload label (each named, with its fix, and repaired by site.yml); NVIDIA's MIG manager v0.15.0 on the node
+(the default config all-disabled it already has, reported success; then a config it lacks, reported failed,
+named by the doctor and fixed through the inventory); driver_upgrade.yml on the node; cluster
 uninstall and the toolkit's uninstall (the Node's labels and containerd's config as before); every daemon
 stopped; the GPU's settings unchanged.  GPUC_SKIP leaves steps out (two run calls on one loan).
 
@@ -25,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import yaml
@@ -60,7 +63,7 @@ BUDGET = int(os.environ.get("GPUC_BUDGET", "500"))
 # the foreground deletion of each DaemonSet waits 40-60 s for the garbage collector after its pods are gone --,
 # the toolkit's uninstall 13 s, the teardown 16 s)
 UNINSTALL_S = 230
-# steps left out of this run (GPUC_SKIP, comma-separated: timeslice, mps, validator, doctor, driver-upgrade,
+# steps left out of this run (GPUC_SKIP, comma-separated: timeslice, mps, validator, mig-manager, doctor, driver-upgrade,
 # uninstall), e.g. two run calls on one loan, each within the call's 10 minutes; without the uninstall (a loan
 # with little device time left) the teardown still stops every daemon and compares the GPU's settings
 SKIP = set(filter(None, os.environ.get("GPUC_SKIP", "").split(",")))
@@ -129,8 +132,17 @@ IMAGE_VARS = [] if DP_BUILT == pinned("device_plugin") == pinned("gfd") else ["-
     for r in ("device_plugin", "gfd")})]
 
 
-# extra vars of every later playbook once a step added a component (the validator: the uninstall removes it too)
+# extra vars of every later playbook once a step added a component (the validator, the MIG manager: the uninstall
+# removes them too), with the options the step gave it
 COMPONENT_VARS = []
+
+
+def add_component(lane_vars, role, **options):
+    added = STATE.setdefault("added", {"roles": [], "vars": {}})
+    added["roles"].append(role)
+    added["vars"].update(options)
+    COMPONENT_VARS[:] = ["-e", json.dumps(dict(added["vars"], gpuops_cluster_components=
+                                               lane_vars["gpuops_cluster_components"] + added["roles"]))]
 def wanted(step, seconds):
     if step in SKIP:
         say("step %s left out (GPUC_SKIP)" % step)
@@ -416,7 +428,10 @@ def main():
     if wanted("validator", 200):
         validator_step(lane_vars, uuid)
 
-    if wanted("doctor", 100):
+    if wanted("mig-manager", 100):
+        mig_manager_step(lane_vars)
+
+    if wanted("doctor", 150):
         doctor()
 
     if wanted("driver-upgrade", 90):
@@ -502,7 +517,7 @@ def validator_step(lane_vars, uuid):
           % (image, version, kit_versions().get("gpu-operator-validator"), rc, rc2, err[-200:], err2[-200:]))
     if rc or rc2:
         return
-    COMPONENT_VARS[:] = ["-e", json.dumps({"gpuops_cluster_components": lane_vars["gpuops_cluster_components"] + ["validator"]})]
+    add_component(lane_vars, "validator")
     # never past the budget's uninstall share: a validator that hangs is cut, the uninstall still runs
     rc, out, changed = playbook("validator", "cluster.yml",
                                 timeout=int(max(60, BUDGET - (time.time() - T0) - UNINSTALL_S - 20)))
@@ -544,6 +559,98 @@ def validator_step(lane_vars, uuid):
     check("validator-node-validated", label == "true", "nvidia.com/gpu.validated=%s" % label)
 
 
+DBUS_SOCKET = "/run/dbus/system_bus_socket"
+DBUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path=%s</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="root"/>
+    <allow send_destination="*" eavesdrop="false"/>
+    <allow receive_sender="*"/>
+    <allow own="*"/>
+  </policy>
+</busconfig>
+""" % DBUS_SOCKET
+
+
+def system_bus(part_c):
+    """The host's D-Bus system bus, which NVIDIA's MIG manager v0.15 connects to before every reconfiguration (even
+    one with nothing to change): this machine's, else Debian's dbus-daemon (part c) on its socket, stopped by
+    finish().  Returns what was found or started."""
+    if os.path.exists(DBUS_SOCKET):
+        return "the machine's own (%s)" % DBUS_SOCKET
+    conf = os.path.join(KN_DIR, "dbus-system.conf")
+    with open(conf, "w", encoding="utf-8") as f:
+        f.write(DBUS_CONFIG)
+    os.makedirs(os.path.dirname(DBUS_SOCKET), exist_ok=True)
+    log = open(os.path.join(OUT, "dbus-daemon.log"), "w")
+    STATE["dbus"] = subprocess.Popen([os.path.join(part_c, "dbus-daemon", "dbus-daemon"), "--config-file=" + conf,
+                                      "--nofork", "--nopidfile"], stdout=log, stderr=subprocess.STDOUT)
+    wait("D-Bus socket", lambda: os.path.exists(DBUS_SOCKET), 10, 0.2)
+    return "Debian's dbus-daemon started on %s (%s)" % (DBUS_SOCKET, "up" if os.path.exists(DBUS_SOCKET) else "NOT up")
+
+
+def mig_manager_step(lane_vars):
+    """NVIDIA's MIG manager v0.15.0 (built from its source, part c) in the mig_manager role's DaemonSet, added to the
+    cluster's components as a user would: node_labels gives the MIG-capable node the default config all-disabled,
+    which the node already has (MIG off: nothing changes), and the MIG manager reports success in
+    nvidia.com/mig.config.state; the GPU's MIG mode is read before and after.  The host's GPU clients are not
+    stopped (mig_manager_shutdown_host_gpu_clients: false: that copies nvidia-mig-parted into the driver's
+    directory and stops systemd services -- not on a lent machine), and CDI specs are not regenerated (this
+    machine's driver is under /usr/local/nvidia, outside the directories the MIG manager searches)."""
+    part_c = os.environ.get("GPUC_CRIO_BIN", "")
+    bins = [os.path.join(part_c, b) for b in ("nvidia-mig-manager", "nvidia-mig-parted")]
+    if not (part_c and all(os.path.exists(b) for b in bins) and os.path.exists(os.path.join(part_c, "dbus-daemon"))):
+        check("mig-manager-not-run", False, "no nvidia-mig-manager, nvidia-mig-parted or dbus-daemon in the staged part c "
+              "(%s): build the kit with MIG_PARTED_GIT and carry .gpu-cluster/c in a stage call" % (part_c or "not staged"))
+        return
+    version = pinned("mig_manager")
+    image = "%s/nvidia/cloud-native/k8s-mig-manager:%s" % (lane_vars["gpuops_registry"], version)
+    tar = os.path.join(KN_DIR, "images", "mig-manager.tar")
+    # NVIDIA's image: the two binaries, a busybox shell, and the ENV of its Dockerfile
+    rc, out, err = sh(["python3", os.path.join(ROOT, "tests", "lab", "gpu", "node", "mkimage.py"), "--name", image,
+                       "--busybox", os.path.join(KN_BIN, "busybox"), "--bin", bins[0], "--bin", bins[1],
+                       "--env", "NVIDIA_DISABLE_REQUIRE=true", "--env", "NVIDIA_VISIBLE_DEVICES=all",
+                       "--env", "NVIDIA_MIG_CONFIG_DEVICES=all", "--env", "NVIDIA_DRIVER_CAPABILITIES=utility",
+                       "--out", tar], log="mkimage-mig-manager.log")
+    rc2, _, err2 = sh([os.path.join(KN_BIN, "ctr"), "--address", os.path.join(KN_DIR, "run", "containerd.sock"),
+                       "-n", "k8s.io", "images", "import", tar], timeout=120, log="import-mig-manager.log")
+    STATE.setdefault("components", {})["mig_manager"] = version
+    check("mig-manager-image", rc == 0 and rc2 == 0, "%s: NVIDIA's nvidia-mig-manager and nvidia-mig-parted %s (%s) "
+          "(rc %d/%d) %s %s" % (image, version, kit_versions().get("mig-parted"), rc, rc2, err[-200:], err2[-200:]))
+    if rc or rc2:
+        return
+    bus = system_bus(part_c)
+    mig_before = sh(["nvidia-smi", "--query-gpu=mig.mode.current,mig.mode.pending", "--format=csv,noheader"])[1].strip()
+    add_component(lane_vars, "mig_manager", mig_manager_shutdown_host_gpu_clients=False, mig_manager_cdi_enabled=False)
+    rc, out, changed = playbook("mig-manager", "cluster.yml")
+    check("mig-manager-role", rc == 0, "cluster.yml with mig_manager in gpuops_cluster_components: rc=%d changed=%d; %s"
+          % (rc, changed, " | ".join(line.strip() for line in out.splitlines() if "fatal" in line or "FAILED" in line)[:600]))
+    state = wait("MIG manager's state", lambda: (node().metadata.labels or {}).get("nvidia.com/mig.config.state")
+                 in ("success", "failed") and node().metadata.labels["nvidia.com/mig.config.state"], 90, 2)
+    labels = node().metadata.labels or {}
+    pod = component_pods().get("nvidia-mig-manager")
+    logs = pod_logs(pod) if pod else {}
+    json.dump(logs, open(os.path.join(OUT, "mig-manager-pod-logs.json"), "w"), indent=1)
+    # who wrote which label (the uninstall takes off what only the MIG manager set, by these entries)
+    fields = [{"manager": m.manager, "operation": m.operation,
+               "labels": sorted(k[2:] for k in ((m.fields_v1 or {}).get("f:metadata") or {}).get("f:labels", {}))}
+              for m in (node().metadata.managed_fields or [])]
+    json.dump(fields, open(os.path.join(OUT, "node-managed-fields-mig.json"), "w"), indent=1)
+    mig_after = sh(["nvidia-smi", "--query-gpu=mig.mode.current,mig.mode.pending", "--format=csv,noheader"])[1].strip()
+    text = "".join(logs.values())
+    check("mig-manager-state-success", state == "success" and labels.get("nvidia.com/mig.config") == "all-disabled"
+          and pod is not None and ready(pod) and restarts(pod) == 0 and mig_before == mig_after,
+          "nvidia.com/mig.config=%s (node_labels' default), nvidia.com/mig.config.state=%s; pod %s ready %s restarts %s; "
+          "MIG mode before/after %s / %s; D-Bus: %s; log: %s" % (
+              labels.get("nvidia.com/mig.config"), state, pod and pod.metadata.name, pod is not None and ready(pod),
+              pod and restarts(pod), mig_before, mig_after, bus,
+              " | ".join(line.strip() for line in text.splitlines() if "config" in line.lower())[-600:]))
+
+
 def doctor():
     """The doctor on the live cluster: healthy, then a device plugin pod that cannot start and a node without its
     workload label (each named, with its fix), both repaired by site.yml."""
@@ -573,6 +680,28 @@ def doctor():
           "label after site.yml: %s" % node().metadata.labels.get("nvidia.com/gpu.workload.config"))
     check("site-repairs-dp", rc == 0 and got and allocatable_gpu() == "1",
           "site.yml put the DaemonSet back (rc=%d changed=%d); pod Ready, allocatable %s" % (rc, changed, allocatable_gpu()))
+    if "mig_manager" in STATE.get("added", {}).get("roles", []):
+        doctor_mig()
+
+
+def doctor_mig():
+    """The MIG manager failing (the guide's section 8): the node's nvidia.com/mig.config set by hand to a config the
+    MIG manager does not have -- it refuses it before touching the GPU and reports failed --, named by the doctor
+    with its fix, then fixed as the fix says (the host's gpuops_mig_config, cluster.yml)."""
+    kubectl("label", "node", NODE, "nvidia.com/mig.config=gpuops-lane-no-such-config", "--overwrite")
+    state = wait("MIG manager failed", lambda: (node().metadata.labels or {}).get("nvidia.com/mig.config.state") == "failed"
+                 and "failed", 60, 2)
+    rc, out, _ = playbook("doctor-mig", "doctor.yml")
+    hits = [line.strip() for line in out.splitlines() if "] mig-config-failed:" in line or "mig-config-failed" in line]
+    check("doctor-names-mig-manager-failing", state == "failed" and hits and "gpuops_mig_config" in out,
+          "state %s; %s" % (state, " | ".join(hits)[:600]))
+    rc, out, changed = playbook("cluster-mig-fix", "cluster.yml", "-e", "gpuops_mig_config=all-disabled")
+    state = wait("MIG manager success", lambda: (node().metadata.labels or {}).get("nvidia.com/mig.config.state")
+                 == "success" and "success", 60, 2)
+    check("cluster-fixes-mig-config", rc == 0 and state == "success"
+          and node().metadata.labels.get("nvidia.com/mig.config") == "all-disabled",
+          "cluster.yml -e gpuops_mig_config=all-disabled: rc=%d; nvidia.com/mig.config=%s, state %s" % (
+              rc, node().metadata.labels.get("nvidia.com/mig.config"), state))
 
 
 def mps_step():
@@ -710,13 +839,46 @@ def diagnose(lane_vars):
     say("diagnosis (ctr run of %s through %s, rc=%d):\n%s\n%s" % (image, m and m.group(1), rc, out[-4000:], err[-1000:]))
 
 
+def trace_removal(stop):
+    """While cluster.yml removes the components: every second, each DaemonSet's and Deployment's deletion state
+    (deletionTimestamp, finalizers) and each pod's phase, to uninstall-trace.tsv -- where the removal's time goes."""
+    seen = {}
+    with open(os.path.join(OUT, "uninstall-trace.tsv"), "w", encoding="utf-8") as f:
+        f.write("t_s\tkind\tname\tstate\n")
+        while not stop.is_set():
+            now = {}
+            try:
+                for kind, items in (("ds", apps.list_namespaced_daemon_set(NS).items),
+                                    ("deploy", apps.list_namespaced_deployment(NS).items),
+                                    ("pod", core.list_namespaced_pod(NS).items)):
+                    for o in items:
+                        m = o.metadata
+                        state = "deleting(%s)" % ",".join(m.finalizers or []) if m.deletion_timestamp else "live"
+                        if kind == "pod":
+                            state += " " + (o.status.phase or "")
+                        now[(kind, m.name)] = state
+            except Exception as e:  # noqa: BLE001  (a trace only: the API server may be going away)
+                now[("error", type(e).__name__)] = str(e)[:100]
+            for key in sorted(set(now) | set(seen)):
+                if now.get(key) != seen.get(key):
+                    f.write("%.1f\t%s\t%s\t%s\n" % (time.time() - T0, key[0], key[1], now.get(key, "gone")))
+            f.flush()
+            seen = now
+            stop.wait(1)
+
+
 def uninstall(labels_before, containerd_before):
     STATE["uninstalled"] = True
     if "uninstall" in SKIP:
         say("the uninstall left out (GPUC_SKIP): the teardown only")
         return finish()
     cfg = os.path.join(KN_DIR, "containerd", "config.toml")
+    stop = threading.Event()
+    tracer = threading.Thread(target=trace_removal, args=(stop,), daemon=True)
+    tracer.start()
     rc, out, _ = playbook("cluster-absent", "cluster.yml", "-e", "gpuops_cluster_state=absent")
+    stop.set()
+    tracer.join(5)
     wait("pods gone", lambda: not component_pods(), 120, 2)
     left = {k: v for k, v in (node().metadata.labels or {}).items() if labels_before.get(k) != v}
     gone = sorted(k for k in labels_before if k not in (node().metadata.labels or {}))
@@ -734,10 +896,21 @@ def uninstall(labels_before, containerd_before):
 
 def finish():
     node_sh("stop")
+    bus = STATE.get("dbus")
+    if bus is not None:  # the system bus the MIG manager step started: stopped, its socket removed
+        bus.terminate()
+        try:
+            bus.wait(10)
+        except subprocess.TimeoutExpired:
+            bus.kill()
+        if os.path.exists(DBUS_SOCKET):
+            os.unlink(DBUS_SOCKET)
+        check("dbus-stopped", bus.poll() is not None and not os.path.exists(DBUS_SOCKET),
+              "the lane's dbus-daemon exited (%s); %s removed" % (bus.poll(), DBUS_SOCKET))
     sh(["bash", os.path.join(ROOT, "tests", "lab", "cluster", "down.sh"), "--purge"], log="down.log")
     time.sleep(1)
     rc, left, _ = sh(["sh", "-c", "pgrep -af 'containerd|kubelet|kube-apiserver|etcd|nvidia-device-plugin|"
-                                  "gpu-feature-discovery|nfd-|config-manager|mps-control-daemon|nvidia-cuda-mps|nvidia-validator|"
+                                  "gpu-feature-discovery|nfd-|config-manager|mps-control-daemon|nvidia-cuda-mps|nvidia-validator|nvidia-mig-|"
                                   "/pause|svcproxy' | grep -v pgrep"])
     check("no-daemon-left", not left.strip(), left.strip() or "none running")
     after = gpu_settings()
