@@ -134,6 +134,21 @@ build_toolkit() {
 
 DP_CMDS=(nvidia-device-plugin gpu-feature-discovery config-manager)
 dp_fresh() { local c; for c in "${DP_CMDS[@]}"; do fresh "$c" "$1" || return 1; done; }
+# the kubelet node lanes build the device plugin v0.17.4 into bin/, the GPU cluster kit v0.20.0 (DEVICE_PLUGIN_GIT):
+# each build is also kept under its stamp, and put back into bin/ instead of built again
+dp_kept() { echo "$CACHE/gpu/dp/$(printf '%s' "$1" | tr -c 'A-Za-z0-9._+@-' _)"; }
+dp_keep() {  # dp_keep <stamp>
+    local d c; d=$(dp_kept "$1")
+    rm -rf "$d.tmp"; mkdir -p "$d.tmp"
+    for c in "${DP_CMDS[@]}"; do cp "$BIN/$c" "$d.tmp/"; done
+    rm -rf "$d"; mv "$d.tmp" "$d"
+}
+dp_restore() {  # dp_restore <stamp>: 0 when a kept build of that stamp went back into bin/
+    local d c; d=$(dp_kept "$1")
+    for c in "${DP_CMDS[@]}"; do [[ -x $d/$c ]] || return 1; done
+    for c in "${DP_CMDS[@]}"; do cp "$d/$c" "$BIN/$c.tmp" && mv "$BIN/$c.tmp" "$BIN/$c" && stamp "$c" "$1"; done
+    log "k8s-device-plugin: $1 put back from $d"
+}
 
 build_device_plugin_git() {  # the pinned tag from a git directory of NVIDIA's repository, offline (vendor/)
     local v=$DEVICE_PLUGIN_VERSION commit want=${KNOWN_TAGS[$DEVICE_PLUGIN_VERSION]:-} c
@@ -146,7 +161,7 @@ build_device_plugin_git() {  # the pinned tag from a git directory of NVIDIA's r
     local patches=("$HERE"/patches/k8s-device-plugin-"$v"-*.patch)
     [[ -e ${patches[0]} ]] || patches=()
     local s="k8s-device-plugin-$v@$commit${patches:++$(cat "${patches[@]}" | sha256sum | cut -c1-12)}"
-    dp_fresh "$s" && return 0
+    dp_fresh "$s" || dp_restore "$s" && return 0
     log "k8s-device-plugin: building $v from $DEVICE_PLUGIN_GIT ($commit)"
     local src=$WORK/k8s-device-plugin-git
     rm -rf "$src"; mkdir -p "$src"
@@ -160,6 +175,7 @@ build_device_plugin_git() {  # the pinned tag from a git directory of NVIDIA's r
             -o "$BIN/$c" "./cmd/$c"
     done)
     for c in "${DP_CMDS[@]}"; do stamp "$c" "$s"; done
+    dp_keep "$s"
 }
 
 git_tree() {  # git_tree <git dir> <commit> <dest> [skip...]: the commit's top-level entries, one archive each
@@ -220,7 +236,7 @@ build_mig_manager_git() {  # nvidia-mig-manager and the nvidia-mig-parted it run
 build_device_plugin() {
     if [[ -n $DEVICE_PLUGIN_GIT ]]; then build_device_plugin_git; return; fi
     local s="k8s-device-plugin-$DEVICE_PLUGIN_VERSION+$(sha256sum "$HERE"/patches/k8s-device-plugin-"$DEVICE_PLUGIN_VERSION"-*.patch | sha256sum | cut -c1-12)"
-    dp_fresh "$s" && return 0
+    dp_fresh "$s" || dp_restore "$s" && return 0
     log "k8s-device-plugin: building ($s)"
     local src=$WORK/k8s-device-plugin
     (cd /tmp && GOFLAGS=-mod=mod "$GO" mod download "github.com/NVIDIA/k8s-device-plugin@$DEVICE_PLUGIN_VERSION")
@@ -238,6 +254,7 @@ build_device_plugin() {
                 -o "$BIN/$c" "./cmd/$c"
         done)
     for c in "${DP_CMDS[@]}"; do stamp "$c" "$s"; done
+    dp_keep "$s"
 }
 
 build_nfd() {

@@ -760,6 +760,8 @@ def driver_upgrade():
     apps.create_namespaced_deployment("default", {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "upgrade-work"},
         "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": {
+            # no GPU asked for: the taint node_labels puts on GPU nodes tolerated by hand
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
             "containers": [{"name": "work", "image": CUDA_IMAGE, "command": ["sleep", "3600"]}]}}}})
     # one node: a PDB that allows one disruption, so the drain evicts through it and does not wait forever
     client.PolicyV1Api().create_namespaced_pod_disruption_budget("default", {
