@@ -205,8 +205,12 @@ def lab(tmp_path_factory):
         if e.status != 409:
             raise
     sel = {LABEL: "true"}
+    # an emptyDir, as NVIDIA's device plugin and GFD pods have (config-manager's config directory): a DaemonSet pod
+    # stays on a drained node whatever its volumes
+    ds_template = pod_template("lab-ds", sel)
+    ds_template["spec"]["volumes"] = [{"name": "config", "emptyDir": {}}]
     ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "lab-ds"},
-          "spec": {"selector": {"matchLabels": {"app": "lab-ds"}}, "template": pod_template("lab-ds", sel)}}
+          "spec": {"selector": {"matchLabels": {"app": "lab-ds"}}, "template": ds_template}}
     apps.create_namespaced_daemon_set(NS, ds)
     for n in NODES[:4]:  # one pinned pod per node: evicted, it waits (Pending) until its node is back
         dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"app-{n}"},
@@ -283,6 +287,14 @@ def test_bad_max_unavailable_refused_before_any_change(lab, value, why):
     assert why in text
     assert node_patches(audit(since)) == [] and evictions(audit(since)) == []
     assert all(not core.read_node(n).spec.unschedulable and label(n) is None for n in NODES)
+
+
+@pytest.mark.parametrize("value", ["app=x", {"app": "x"}, ["app=x", 3]])
+def test_pod_selectors_not_a_list_of_selectors_refused_before_any_change(lab, value):
+    r, since = upgrade(lab, "-e", json.dumps({"gpu_upgrade_drain_pod_selectors": value}))
+    assert r.returncode != 0
+    assert "gpu_upgrade_drain_pod_selectors a list of label selectors" in out(r), out(r)[-3000:]
+    assert node_patches(audit(since)) == [] and evictions(audit(since)) == []
 
 
 def test_rolling_upgrade_two_at_a_time_in_order(lab):

@@ -106,6 +106,11 @@ def test_driver_upgrade_options():
     assert failing(that, dict(base, gpu_upgrade_drain_timeout="300", gpu_upgrade_drain_retry_delay="5")) == []
     assert failing(that, dict(base, gpu_upgrade_drain_timeout="300\n"))
     assert failing(that, dict(base, gpu_upgrade_drain_retry_delay="5\n"))
+    # the drain's pod selectors: a list of strings ('' from a survey: none)
+    for ok in (["app=x"], [], "", None):
+        assert failing(that, dict(base, gpu_upgrade_drain_pod_selectors=ok)) == [], ok
+    for bad in ("app=x", {"app": "x"}, ["app=x", 3]):
+        assert failing(that, dict(base, gpu_upgrade_drain_pod_selectors=bad)), bad
 
 
 # -- mps_control: every rule of the preflight template ----------------------------------------------------
