@@ -42,6 +42,7 @@ DP_VERSION = LANE_VARS["device_plugin_image"]["version"]
 NFD_VERSION = subprocess.run(["python3", os.path.join(ROOT, "docs", "render_data.py"), "--get", "components.nfd"],
                              capture_output=True, text=True, check=True).stdout.strip()
 REGISTRY = LANE_VARS["gpuops_registry"]
+NODE_IP = "10.254.254.1"  # node.sh's KN_NODE_IP
 
 config.load_kube_config(KUBECONFIG)
 core = client.CoreV1Api()
@@ -51,6 +52,8 @@ custom = client.CustomObjectsApi()
 def node_sh(*args, check=True):
     env = dict(os.environ, KN_DIR=KN_DIR, KN_BIN=KN_BIN, KN_KUBECONFIG=KUBECONFIG, KN_API=API, KN_NODE=NODE,
                KN_REGISTRY=REGISTRY, KN_IMAGES="device_plugin=%s nfd=%s" % (DP_VERSION, NFD_VERSION),
+               # kubelet takes the API server's client certificate (up.sh's CA): logs and exec through the API
+               KN_CLIENT_CA=os.path.join(os.path.dirname(KUBECONFIG), "pki", "ca.crt"),
                PYTHON=os.path.join(ROOT, ".venv", "bin", "python"))
     r = subprocess.run(["bash", NODE_SH, *args], env=env, capture_output=True, text=True, check=False)
     if check and r.returncode:
@@ -147,7 +150,7 @@ def wait_pods(want, timeout=120):
 
 
 def pod_log(p, container):
-    """The container's log file as the kubelet writes it (the API server has no kubelet client certificate)."""
+    """The container's log file as the kubelet writes it."""
     d = os.path.join(KN_DIR, "pod-logs", "%s_%s_%s" % (NS, p.metadata.name, p.metadata.uid), container)
     text = ""
     for f in sorted(os.listdir(d)):
@@ -164,6 +167,9 @@ def test_node_joins_ready():
     assert n.status.node_info.container_runtime_version.startswith("containerd://2."), n.status.node_info
     # a real node: no KWOK annotation, so KWOK plays no part in what happens on it
     assert "kwok.x-k8s.io/node" not in (n.metadata.annotations or {})
+    # an address the API server reaches the kubelet at (a loopback node IP is refused by kubelet: then none at all,
+    # and no logs or exec through the API server)
+    assert {(a.type, a.address) for a in n.status.addresses or []} >= {("InternalIP", NODE_IP)}, n.status.addresses
 
 
 def toolkit(inventory, *extra):
@@ -250,6 +256,10 @@ def test_device_plugin_and_gfd_report_no_gpu():
     now = pods()
     dp = pod_log(now["nvidia-device-plugin-daemonset"], "nvidia-device-plugin")
     assert "No devices found. Waiting indefinitely." in dp
+    # the same log through the API server, which asks the kubelet at the Node's address
+    via_api = core.read_namespaced_pod_log(now["nvidia-device-plugin-daemonset"].metadata.name, NS,
+                                           container="nvidia-device-plugin")
+    assert "No devices found. Waiting indefinitely." in via_api
     # config-manager (init and sidecar) read the node's config label and linked the rendered default config
     assert "Successfully updated to config: default" in pod_log(now["nvidia-device-plugin-daemonset"], "config-manager-init")
     assert "Writing labels to output file" in pod_log(now["gpu-feature-discovery"], "gpu-feature-discovery")
@@ -399,4 +409,4 @@ def test_stop_leaves_nothing_running():
         mounts = [line for line in f if KN_DIR in line]
     assert not mounts, mounts
     lo = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=True).stdout
-    assert "10.96.0.1/" not in lo
+    assert "10.96.0.1/" not in lo and NODE_IP + "/" not in lo

@@ -179,9 +179,10 @@ if ! healthy; then
         --service-cluster-ip-range 10.96.0.0/16 --profiling=false \
         --kubelet-client-certificate "$DIR/pki/admin.crt" --kubelet-client-key "$DIR/pki/admin.key" \
         --max-requests-inflight 800 --max-mutating-requests-inflight 400 --v 1 "${AUDIT_ARGS[@]}" \
-        --enable-admission-plugins ExtendedResourceToleration
+        --enable-admission-plugins ExtendedResourceToleration --kubelet-preferred-address-types InternalIP,Hostname
     # ExtendedResourceToleration, as clusters that taint their GPU nodes run it (node_labels taints them
-    # nvidia.com/gpu:NoSchedule): a pod asking for nvidia.com/gpu gets the toleration of that key
+    # nvidia.com/gpu:NoSchedule): a pod asking for nvidia.com/gpu gets the toleration of that key; the kubelet reached
+    # at the Node's InternalIP first (as kubeadm sets it: the lanes' node names resolve nowhere)
     wait_for kube-apiserver 120 healthy
 fi
 start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig "$KCFG" \

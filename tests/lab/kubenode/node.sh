@@ -39,6 +39,9 @@ KN_NODE=${KN_NODE:-kubenode-0}
 KN_REGISTRY=${KN_REGISTRY:-gpuops.lab}
 KN_KUBELET_ROOT=${KN_KUBELET_ROOT:-$KN_DIR/kubelet}
 KN_SERVICE_IP=${KN_SERVICE_IP:-10.96.0.1}
+# the Node's address: on lo, kubelet listening there (kubelet refuses a loopback node IP and then reports no address
+# at all, and the API server cannot reach it for logs or exec)
+KN_NODE_IP=${KN_NODE_IP:-10.254.254.1}
 KN_KUBELET_PORT=${KN_KUBELET_PORT:-10250}
 PYTHON=${PYTHON:-python3}
 SOCK=$KN_DIR/run/containerd.sock
@@ -64,7 +67,7 @@ stop_bg() {
 }
 ipcmd() { if command -v ip >/dev/null; then ip "$@"; else "$KN_BIN/busybox" ip "$@"; fi; }
 # read whole, then match: `ip ... | grep -q` under pipefail fails when grep's early exit SIGPIPEs ip
-has_service_address() { local a; a=$(ipcmd addr show dev lo) && [[ $a == *" $KN_SERVICE_IP/"* ]]; }
+has_address() { local a; a=$(ipcmd addr show dev lo) && [[ $a == *" $1/"* ]]; }
 
 images() {
     local mk=$ROOT/tests/lab/gpu/node/mkimage.py spec role version
@@ -136,8 +139,9 @@ containerd_start() {
     log "containerd did not answer on $SOCK in 15 s"; return 1
 }
 
-service_address() {  # the kubernetes Service's address on lo, forwarded to the API server
-    has_service_address || ipcmd addr add "$KN_SERVICE_IP/32" dev lo
+service_address() {  # the kubernetes Service's address on lo, forwarded to the API server; the Node's address
+    has_address "$KN_SERVICE_IP" || ipcmd addr add "$KN_SERVICE_IP/32" dev lo
+    has_address "$KN_NODE_IP" || ipcmd addr add "$KN_NODE_IP/32" dev lo
     running svcproxy || start_bg svcproxy "$PYTHON" "$HERE/svcproxy.py" --listen "$KN_SERVICE_IP:443" --to "$KN_API"
 }
 
@@ -155,7 +159,7 @@ enforceNodeAllocatable: []
 failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://$SOCK
-address: 127.0.0.1
+address: $KN_NODE_IP
 port: $KN_KUBELET_PORT
 readOnlyPort: 0
 healthzPort: 0
@@ -174,7 +178,7 @@ syncFrequency: 5s
 nodeStatusUpdateFrequency: 5s
 EOF
     start_bg kubelet "$KN_BIN/kubelet" --config="$KN_DIR/kubelet.yaml" --kubeconfig="$KN_KUBECONFIG" \
-        --hostname-override="$KN_NODE" --node-ip=127.0.0.1 --root-dir="$KN_KUBELET_ROOT" \
+        --hostname-override="$KN_NODE" --node-ip="$KN_NODE_IP" --root-dir="$KN_KUBELET_ROOT" \
         --cert-dir="$KN_DIR/kubelet-pki" --v=2
 }
 
@@ -225,7 +229,8 @@ stop() {
     # shims outlive containerd; each one of this node carries its socket path in its command line
     pkill -KILL -f "containerd-shim-runc-v2.*$KN_DIR" 2>/dev/null || true
     stop_bg svcproxy
-    if has_service_address; then ipcmd addr del "$KN_SERVICE_IP/32" dev lo; fi
+    if has_address "$KN_SERVICE_IP"; then ipcmd addr del "$KN_SERVICE_IP/32" dev lo; fi
+    if has_address "$KN_NODE_IP"; then ipcmd addr del "$KN_NODE_IP/32" dev lo; fi
     # kubelet makes its root dir a bind mount of itself; pod volumes live below it
     grep -o " $KN_KUBELET_ROOT[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
     grep -o " $KN_DIR/containerd[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
