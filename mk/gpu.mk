@@ -20,8 +20,10 @@ BESIDE_TEST_TARGETS += test-gpu-bundle
 
 # GPU cluster lane: the lent GPU machine as a one-node cluster (control plane, kubelet, containerd), site.yml with
 # the API server, the component DaemonSets on the GPU.  Two calls there, back to back (docs/gpu-lane.md):
-#   tests/lab/gpu/cluster.sh stage | run   (carry .gpu-cluster/a, then .gpu-cluster/b)
+#   tests/lab/gpu/cluster.sh stage | stage | run   (carry .gpu-cluster/a, .gpu-cluster/c, then .gpu-cluster/b)
 # DEVICE_PLUGIN_GIT=<git dir of NVIDIA/k8s-device-plugin> builds the device plugin, GFD and config-manager at the
-# version the roles pin (tests/lab/gpu/build.sh); without it, the newest the Go module proxy serves (v0.17.4)
+# version the roles pin (tests/lab/gpu/build.sh); without it, the newest the Go module proxy serves (v0.17.4).
+# GPU_OPERATOR_GIT and MIG_PARTED_GIT (git dirs of NVIDIA/gpu-operator, NVIDIA/mig-parted): the validator's and the
+# MIG manager's binaries for their steps; without them those steps are not run (a failed check says so)
 gpu-cluster-kit: venv install ## build and pack the GPU cluster lane's parts (.gpu-cluster/a, b, c)
 	CONTAINERD_VERSION=$(CONTAINERD2_VERSION) NVIDIA_CTK_VERSION=$(NVIDIA_CTK_VERSION) bash tests/lab/gpu/cluster.sh pack
