@@ -602,8 +602,8 @@ def test_a_workload_that_is_not_a_workload_kind_is_refused(bad):
 def test_a_mig_manager_that_reported_failed_is_an_error_with_its_log_and_the_config():
     """The MIG manager's pod runs and is Ready; its report on the Node (nvidia.com/mig.config.state=failed) is the
     finding: the config the label names, the log of its pod on the node, the variable and playbook that change it."""
-    labels = dict(all_deploy_labels(), **{"nvidia.com/mig.config": "no-such-config",
-                                           "nvidia.com/mig.config.state": "failed"})
+    labels = dict(all_deploy_labels(),
+                  **{"nvidia.com/mig.config": "no-such-config", "nvidia.com/mig.config.state": "failed"})
     out = run(healthy_pods(), nodes=[node(labels=labels)])
     assert ids(out) == [("mig-config-failed", "error")]
     f = one(out, "mig-config-failed")
