@@ -501,6 +501,21 @@ def timeslice():
     kubectl("label", "node", NODE, "nvidia.com/device-plugin.config-")
 
 
+def step_image(role, image, version, what, built, *args):
+    """A step's component image made on the node (mkimage.py: busybox and ``args``) and imported into its
+    containerd under the name the role renders; the check <role>-image says so.  True when it is there."""
+    name = role.replace("_", "-")
+    tar = os.path.join(KN_DIR, "images", name + ".tar")
+    rc, _, err = sh(["python3", os.path.join(ROOT, "tests", "lab", "gpu", "node", "mkimage.py"), "--name", image,
+                     "--busybox", os.path.join(KN_BIN, "busybox"), *args, "--out", tar], log="mkimage-%s.log" % name)
+    rc2, _, err2 = sh([os.path.join(KN_BIN, "ctr"), "--address", os.path.join(KN_DIR, "run", "containerd.sock"),
+                       "-n", "k8s.io", "images", "import", tar], timeout=120, log="import-%s.log" % name)
+    STATE.setdefault("components", {})[role] = version
+    check(name + "-image", rc == 0 and rc2 == 0, "%s: %s %s (%s) (rc %d/%d) %s %s"
+          % (image, what, version, built, rc, rc2, err[-200:], err2[-200:]))
+    return rc == 0 and rc2 == 0
+
+
 def validator_step(lane_vars, uuid):
     """The validator role on the live node, added to the cluster's components as a user would (cluster.yml):
     NVIDIA's nvidia-validator v26.7.0 (built from its source, part c of the kit) in the validator DaemonSet's init
@@ -516,19 +531,12 @@ def validator_step(lane_vars, uuid):
               "GPU_OPERATOR_GIT and carry .gpu-cluster/c in a stage call" % (part_c or "not staged"))
         return
     version = pinned("validator")
-    image = "%s/nvidia/gpu-operator:%s" % (lane_vars["gpuops_registry"], version)
-    tar = os.path.join(KN_DIR, "images", "validator.tar")
-    rc, out, err = sh(["python3", os.path.join(ROOT, "tests", "lab", "gpu", "node", "mkimage.py"), "--name", image,
-                       "--pause", os.path.join(KN_BIN, "pause"), "--busybox", os.path.join(KN_BIN, "busybox"),
-                       "--cuda-check", os.path.join(ROOT, "plugins", "module_utils", "_cuda.py"),
-                       "--validator", binary, "--validator-manifests", manifests,
-                       "--out", tar, "--libs-for", *STATE.get("libs", [])], log="mkimage-validator.log")
-    rc2, _, err2 = sh([os.path.join(KN_BIN, "ctr"), "--address", os.path.join(KN_DIR, "run", "containerd.sock"),
-                       "-n", "k8s.io", "images", "import", tar], timeout=120, log="import-validator.log")
-    STATE.setdefault("components", {})["validator"] = version
-    check("validator-image", rc == 0 and rc2 == 0, "%s: NVIDIA's nvidia-validator %s (%s) (rc %d/%d) %s %s"
-          % (image, version, kit_versions().get("gpu-operator-validator"), rc, rc2, err[-200:], err2[-200:]))
-    if rc or rc2:
+    ok = step_image("validator", "%s/nvidia/gpu-operator:%s" % (lane_vars["gpuops_registry"], version), version,
+                    "NVIDIA's nvidia-validator", kit_versions().get("gpu-operator-validator"),
+                    "--pause", os.path.join(KN_BIN, "pause"),
+                    "--cuda-check", os.path.join(ROOT, "plugins", "module_utils", "_cuda.py"),
+                    "--validator", binary, "--validator-manifests", manifests, "--libs-for", *STATE.get("libs", []))
+    if not ok:
         return
     add_component(lane_vars, "validator")
     # never past the budget's uninstall share (playbook()): a validator that hangs is cut, the uninstall still runs
@@ -620,20 +628,13 @@ def mig_manager_step(lane_vars):
               "(%s): build the kit with MIG_PARTED_GIT and carry .gpu-cluster/c in a stage call" % (part_c or "not staged"))
         return
     version = pinned("mig_manager")
-    image = "%s/nvidia/cloud-native/k8s-mig-manager:%s" % (lane_vars["gpuops_registry"], version)
-    tar = os.path.join(KN_DIR, "images", "mig-manager.tar")
     # NVIDIA's image: the two binaries, a busybox shell, and the ENV of its Dockerfile
-    rc, out, err = sh(["python3", os.path.join(ROOT, "tests", "lab", "gpu", "node", "mkimage.py"), "--name", image,
-                       "--busybox", os.path.join(KN_BIN, "busybox"), "--bin", bins[0], "--bin", bins[1],
-                       "--env", "NVIDIA_DISABLE_REQUIRE=true", "--env", "NVIDIA_VISIBLE_DEVICES=all",
-                       "--env", "NVIDIA_MIG_CONFIG_DEVICES=all", "--env", "NVIDIA_DRIVER_CAPABILITIES=utility",
-                       "--out", tar], log="mkimage-mig-manager.log")
-    rc2, _, err2 = sh([os.path.join(KN_BIN, "ctr"), "--address", os.path.join(KN_DIR, "run", "containerd.sock"),
-                       "-n", "k8s.io", "images", "import", tar], timeout=120, log="import-mig-manager.log")
-    STATE.setdefault("components", {})["mig_manager"] = version
-    check("mig-manager-image", rc == 0 and rc2 == 0, "%s: NVIDIA's nvidia-mig-manager and nvidia-mig-parted %s (%s) "
-          "(rc %d/%d) %s %s" % (image, version, kit_versions().get("mig-parted"), rc, rc2, err[-200:], err2[-200:]))
-    if rc or rc2:
+    ok = step_image("mig_manager", "%s/nvidia/cloud-native/k8s-mig-manager:%s" % (lane_vars["gpuops_registry"], version),
+                    version, "NVIDIA's nvidia-mig-manager and nvidia-mig-parted", kit_versions().get("mig-parted"),
+                    "--bin", bins[0], "--bin", bins[1], "--env", "NVIDIA_DISABLE_REQUIRE=true",
+                    "--env", "NVIDIA_VISIBLE_DEVICES=all", "--env", "NVIDIA_MIG_CONFIG_DEVICES=all",
+                    "--env", "NVIDIA_DRIVER_CAPABILITIES=utility")
+    if not ok:
         return
     bus = system_bus(part_c)
     mig_before = sh(["nvidia-smi", "--query-gpu=mig.mode.current,mig.mode.pending", "--format=csv,noheader"])[1].strip()
