@@ -190,6 +190,10 @@ def node_plan(nodes, current=None, options=None):
         errors.append("default workload kind {!r} is not one of {}".format(default_workload, ", ".join(WORKLOADS)))
     if sandbox_mode not in SANDBOX_MODES:
         errors.append("sandbox mode {!r} is not one of {}".format(sandbox_mode, ", ".join(SANDBOX_MODES)))
+    # a label value, matched whole (a name with a newline or a space never reaches the API server as one)
+    if mig_default and not re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", mig_default):
+        errors.append("MIG default config {!r} is not a label value (letters, digits, -_., at most 63)".format(
+            mig_default[:80]))
     if strategy not in ("none", "single", "mixed"):
         errors.append(f"unknown MIG strategy {strategy!r} (expected none, single or mixed)")
     seen = set()

@@ -226,6 +226,9 @@ def test_mig_default_config_labels_capable_container_nodes_that_name_none():
     assert plan(nodes[:1])["h200"]["labels"].get(kl.MIG_CONFIG_LABEL) is None
     with pytest.raises(kl.LabelPlanError, match="mig_default_config must be a string"):
         plan(nodes[:1], mig_default_config=["all-disabled"])
+    for bad in ("all-disabled\nx", "a b", "{{ lookup('pipe', 'id') }}", "x" * 64):
+        with pytest.raises(kl.LabelPlanError, match="is not a label value"):
+            plan(nodes[:1], mig_default_config=bad)
 
 
 def test_labels_left_by_only_what_no_one_else_set():
