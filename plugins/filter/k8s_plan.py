@@ -130,6 +130,7 @@ def k8s_node_inputs(hosts, hostvars):
             "gpu": hostvar(hv, "gpuops_gpu_inventory"),
             "device_plugin_config": hostvar(hv, "gpuops_device_plugin_config"),
             "mig_config": hostvar(hv, "gpuops_mig_config"),
+            "allocation": hostvar(hv, "gpuops_gpu_allocation"),
             "extra_labels": hostvar(hv, "gpuops_k8s_node_labels", {}),
         })
     return out

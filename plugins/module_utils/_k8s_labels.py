@@ -20,6 +20,8 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import Input
 
 WORKLOADS = ("container", "vm-passthrough", "vm-vgpu")
 SANDBOX_MODES = ("kubevirt", "kata")
+#: how a container node's GPUs reach pods: NVIDIA's device plugin (nvidia.com/gpu) or its DRA driver (ResourceClaims)
+ALLOCATIONS = ("device-plugin", "dra")
 DEPLOY = "nvidia.com/gpu.deploy."
 WORKLOAD_LABEL = "nvidia.com/gpu.workload.config"
 PRESENT_LABEL = "nvidia.com/gpu.present"
@@ -44,11 +46,17 @@ class LabelPlanError(InputError):
         super().__init__("; ".join(self.errors))
 
 
-def deploy_components(workload, mig_capable=False, vgpu_host=False, sandbox_mode="kubevirt"):
-    """Components the operator labels ``nvidia.com/gpu.deploy.<x>=true`` for a workload kind."""
+def deploy_components(workload, mig_capable=False, vgpu_host=False, sandbox_mode="kubevirt", allocation="device-plugin"):
+    """Components the operator labels ``nvidia.com/gpu.deploy.<x>=true`` for a workload kind.
+
+    A container node that allocates by DRA gets the DRA driver's kubelet plugin (``dra-driver``, its label in GPU
+    Operator v26.7) instead of the device plugin, and no operator-validator: the validator's CUDA check asks for
+    ``nvidia.com/gpu``, which such a node does not advertise.
+    """
     if workload == "container":
-        comps = ["driver", "gpu-feature-discovery", "container-toolkit", "device-plugin", "dcgm",
-                 "dcgm-exporter", "node-status-exporter", "operator-validator", "client"]
+        comps = ["driver", "gpu-feature-discovery", "container-toolkit", "dcgm", "dcgm-exporter",
+                 "node-status-exporter", "client"]
+        comps += ["dra-driver"] if allocation == "dra" else ["device-plugin", "operator-validator"]
         if mig_capable and not vgpu_host:
             comps.append("mig-manager")
     elif workload == "vm-passthrough":
@@ -130,6 +138,25 @@ def _workload_of(name, node, default_workload, errors):
     return wl
 
 
+def _allocation_of(name, node, default_allocation, errors):
+    """The node's one allocation model (``allocation``: a string, a one-item list, or unset for the default)."""
+    al = node.get("allocation")
+    if al is None or al == "":
+        return default_allocation
+    if isinstance(al, (list, tuple)):
+        kinds = sorted(set(map(str, al)))
+        if len(kinds) > 1:
+            errors.append("{}: one GPU allocation model per node -- the device plugin and the DRA driver would both "
+                          "hand out the same GPUs -- got {}".format(name, ", ".join(kinds)))
+            return None
+        al = kinds[0] if kinds else default_allocation
+    if al not in ALLOCATIONS:
+        errors.append("{}: unknown GPU allocation model {!r} (expected one of {})".format(
+            name, str(al)[:80], ", ".join(ALLOCATIONS)))
+        return None
+    return al
+
+
 def _merge_taints(current, ours, managed_keys):
     """Others' taints kept in order, ours appended; our keys are replaced, never duplicated."""
     kept = [t for t in (current or []) if t.get("key") not in managed_keys]
@@ -150,7 +177,9 @@ def node_plan(nodes, current=None, options=None):
     ``device_plugin_configs`` (name -> config, to label sharing), ``state`` (present|absent),
     ``mig_default_config`` ("": none; the MIG manager's default config, labelled ``nvidia.com/mig.config`` on a
     MIG-capable container node that names none and has no such label from anyone else, as the operator labels
-    ``all-disabled`` -- without a label the MIG manager waits and reports nothing).
+    ``all-disabled`` -- without a label the MIG manager waits and reports nothing), ``default_allocation``
+    (device-plugin: a node's ``allocation`` when it gives none; ``dra`` nodes get the DRA driver, never the device
+    plugin).
 
     Returns ``{"nodes": [{name, labels, taints, workload, components}], "errors": []}``;
     raises LabelPlanError listing every invalid node.
@@ -171,7 +200,7 @@ def node_plan(nodes, current=None, options=None):
     if opts.get("device_plugin_configs") is not None and not isinstance(opts["device_plugin_configs"], dict):
         shape.append("options.device_plugin_configs must map config names to configs, got {!r}"
                      .format(opts["device_plugin_configs"]))
-    for key in ("default_workload", "sandbox_mode", "mig_strategy", "state", "mig_default_config"):
+    for key in ("default_workload", "sandbox_mode", "mig_strategy", "state", "mig_default_config", "default_allocation"):
         if opts.get(key) is not None and not isinstance(opts[key], str):
             shape.append("options.{} must be a string, got {!r}".format(key, opts[key]))
     if shape:
@@ -185,7 +214,11 @@ def node_plan(nodes, current=None, options=None):
     strategy = opts.get("mig_strategy", "single")
     dp_configs = opts.get("device_plugin_configs") or {}
     mig_default = opts.get("mig_default_config") or ""
+    default_allocation = opts.get("default_allocation") or "device-plugin"
     errors = []
+    if default_allocation not in ALLOCATIONS:
+        errors.append("default GPU allocation model {!r} is not one of {}".format(default_allocation[:80],
+                                                                                 ", ".join(ALLOCATIONS)))
     if default_workload not in WORKLOADS:
         errors.append("default workload kind {!r} is not one of {}".format(default_workload, ", ".join(WORKLOADS)))
     if sandbox_mode not in SANDBOX_MODES:
@@ -236,6 +269,27 @@ def node_plan(nodes, current=None, options=None):
         if not gpu and node.get("workload"):
             errors.append("{}: GPU workload {!r} set on a node without NVIDIA GPUs".format(name, node["workload"]))
             continue
+        allocation = _allocation_of(name, node, default_allocation, errors) if gpu else None
+        if gpu and allocation is None:
+            continue
+        if allocation == "dra" and workload != "container":
+            if node.get("allocation"):
+                errors.append("{}: DRA allocation applies to container nodes, not {}".format(name, workload))
+                continue
+            allocation = "device-plugin"   # the fleet's default does not reach VM nodes: they have no allocation
+        if allocation == "dra":
+            if node.get("device_plugin_config"):
+                errors.append("{}: device plugin config {!r} on a node that allocates by DRA, where the device plugin "
+                              "does not run (share a GPU through a claim's GpuConfig instead)".format(
+                                  name, str(node["device_plugin_config"])[:80]))
+                continue
+            # someone else's deploy label would put the device plugin beside the DRA driver
+            if (have_labels.get(DEPLOY + "device-plugin") == "true" and "owned_labels" in have
+                    and DEPLOY + "device-plugin" not in have["owned_labels"]):
+                errors.append("{}: allocates by DRA but {}device-plugin=true was set by another field manager: the "
+                              "device plugin and the DRA driver would both hand out its GPUs (remove that label or "
+                              "allocate this node with the device plugin)".format(name, DEPLOY))
+                continue
         labels = {}
         comps = []
         if state == "present":
@@ -246,7 +300,8 @@ def node_plan(nodes, current=None, options=None):
             labels[WORKLOAD_LABEL] = workload
             mig_capable = is_mig_capable(facts)
             vgpu_host = "nvidia.com/vgpu.host-driver-version" in facts
-            comps = deploy_components(workload, mig_capable, vgpu_host, sandbox_mode)
+            comps = deploy_components(workload, mig_capable, vgpu_host, sandbox_mode,
+                                      allocation if workload == "container" else "device-plugin")
             if have_labels.get(DEPLOY + "operands") == "false":
                 comps = []
             for c in comps:
@@ -277,7 +332,8 @@ def node_plan(nodes, current=None, options=None):
         ours = [taint] if (state == "present" and gpu and taint_on and (workload == "container" or taint_vm)) else []
         taints = _merge_taints(have.get("taints"), ours, {taint["key"]})
         plan.append({"name": name, "labels": labels, "taints": taints, "workload": workload,
-                     "gpu": gpu, "components": comps})
+                     "gpu": gpu, "components": comps,
+                     "allocation": allocation if gpu and workload == "container" else None})
     if errors:
         raise LabelPlanError(errors)
     return {"nodes": plan}

@@ -45,7 +45,10 @@ options:
   nodes:
     description:
       - One entry per inventory node, as the C(gpuops.nvidia.k8s_node_inputs) filter makes them from C(hostvars)
-        (C(name), C(workload), C(labels), C(gpu), C(device_plugin_config), C(mig_config), C(extra_labels)).
+        (C(name), C(workload), C(labels), C(gpu), C(device_plugin_config), C(mig_config), C(allocation), C(extra_labels)).
+      - C(allocation) V(dra) (a container node) gives the node the DRA driver's deploy label
+        (C(nvidia.com/gpu.deploy.dra-driver)) instead of the device plugin's and the operator validator's; a node
+        naming both models, a device plugin config, or another manager's device plugin deploy label is refused.
       - A node the cluster does not have is listed in C(missing) and skipped.
     type: list
     elements: dict

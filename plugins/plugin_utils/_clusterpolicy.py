@@ -1,7 +1,8 @@
 # Copyright: gpuops.nvidia contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
-"""GPU Operator ClusterPolicy (nvidia.com/v1) -> gpuops.nvidia inventory variables.
+"""GPU Operator ClusterPolicy (nvidia.com/v1), or its GPUCluster (nvidia.com/v1alpha1, the DRA stack) ->
+gpuops.nvidia inventory variables.
 
 PRIVATE: may change at any time; not for use outside gpuops.nvidia.
 
@@ -26,7 +27,10 @@ and escapes comment text.
 Field names, defaults and enablement rules follow the operator's ``api/nvidia/v1/clusterpolicy_types.go``
 (the ``IsEnabled`` defaults: driver, toolkit, devicePlugin, dcgmExporter, gfd, migManager and cdi are on
 when unset; dcgm, nodeStatusExporter, sandboxWorkloads, vfioManager, vgpuManager, vgpuDeviceManager,
-sandboxDevicePlugin and the rest are off when unset).
+sandboxDevicePlugin and the rest are off when unset). A GPUCluster (``api/nvidia/v1alpha1/gpucluster_types.go``
+of v26.7.0; the operator refuses it beside a ClusterPolicy) deploys the DRA driver, DCGM exporter and a DRA
+validator on every GPU node and no device plugin: it maps to ``gpuops_gpu_allocation: dra``, the dra_driver role's
+variables and the components it deploys; its compute-domain half (IMEX) has no equivalent here and is listed.
 """
 from __future__ import annotations
 
@@ -81,6 +85,19 @@ IMAGE_COMPONENTS = {
     c["clusterpolicy"]: (role, {f: c[f] for f in ("repository", "image", "version")})
     for role, c in IMAGES.items() if c["clusterpolicy"]
 }
+# GPUCluster component -> (role, default image): what a GPUCluster deploys that has an image field
+GPUCLUSTER_IMAGES = {
+    "draDriver": ("dra_driver", {f: IMAGES["dra_driver"][f] for f in ("repository", "image", "version")}),
+    "dcgmExporter": IMAGE_COMPONENTS["dcgmExporter"],
+}
+#: the feature gates of NVIDIA's DRA driver v0.5.0 (roles/dra_driver checks the same list)
+DRA_FEATURE_GATES = frozenset([
+    "TimeSlicingSettings", "MPSSupport", "IMEXDaemonsWithDNSNames", "PassthroughSupport", "DynamicMIG",
+    "NVMLDeviceHealthCheck", "ComputeDomainCliques", "CrashOnNVLinkFabricErrors", "DeviceMetadata",
+    "FabricManagerPartitioning", "HostManagedIMEXDaemon", "DRAListTypeAttributes", "ConsumableShares",
+    "ContextualLogging", "LoggingAlphaOptions", "LoggingBetaOptions"])
+WHY_COMPUTE_DOMAINS = ("gpuops.nvidia deploys the DRA driver's GPU half only: ComputeDomains (IMEX channels across "
+                       "multi-node NVLink, its controller and compute-domain kubelet plugin) are not deployed")
 # Every variable the import can write (group_vars_text refuses any other name: the file's keys are ours)
 VARIABLES = frozenset([
     "gpuops_cluster_components", "gpuops_default_workload", "gpuops_device_plugin_configs", "gpuops_k8s_tolerations",
@@ -101,7 +118,8 @@ VARIABLES = frozenset([
     "dcgm_exporter_service_monitor_interval", "dcgm_exporter_service_monitor_labels", "dcgm_exporter_service_type",
     "mig_manager_cdi_enabled", "mig_manager_default_config", "mig_manager_gpu_clients", "mig_manager_with_reboot",
     "validator_node_kubelet_dir", "validator_with_workload",
-] + [prefix + suffix for prefix, _default in IMAGE_COMPONENTS.values()
+    "gpuops_gpu_allocation", "dra_driver_feature_gates", "dra_driver_healthcheck_port", "dra_driver_kubelet_root",
+] + [prefix + suffix for prefix, _default in list(IMAGE_COMPONENTS.values()) + list(GPUCLUSTER_IMAGES.values())
      for suffix in ("_image", "_registry", "_image_pull_policy", "_image_pull_secrets", "_resources", "_priority_class")])
 # ClusterPolicy component -> the entry of gpuops_cluster_components it turns on or off
 COMPONENT_ROLES = {
@@ -394,18 +412,22 @@ def find_clusterpolicy(data):
             raise ClusterPolicyError("%s metadata.name must be a string, got %s" % (kind, _show(name)))
         return name
 
-    policies = [d for d in docs if d.get("kind") == "ClusterPolicy"]
+    # the operator runs one stack: a ClusterPolicy or a GPUCluster, never both
+    policies = [d for d in docs if d.get("kind") in ("ClusterPolicy", "GPUCluster")]
     if len(policies) != 1:
-        names = [name_of(p, "ClusterPolicy") or "?" for p in policies]
-        raise ClusterPolicyError("expected exactly one ClusterPolicy, found %d%s" % (
-            len(policies), (": " + ", ".join(_comment(n)[:60] for n in names)) if names else ""))
+        names = ["%s %s" % (p["kind"], name_of(p, p["kind"]) or "?") for p in policies]
+        raise ClusterPolicyError("expected exactly one ClusterPolicy or GPUCluster (the operator refuses both), "
+                                 "found %d%s" % (len(policies), (": " + ", ".join(_comment(n)[:80] for n in names))
+                                                 if names else ""))
     policy = policies[0]
-    name_of(policy, "ClusterPolicy")
+    kind = policy["kind"]
+    name_of(policy, kind)
     api = policy.get("apiVersion")
-    if api != "nvidia.com/v1":
-        raise ClusterPolicyError("ClusterPolicy apiVersion must be nvidia.com/v1, got %s" % _show(api))
+    want = "nvidia.com/v1" if kind == "ClusterPolicy" else "nvidia.com/v1alpha1"
+    if api != want:
+        raise ClusterPolicyError("%s apiVersion must be %s, got %s" % (kind, want, _show(api)))
     if not isinstance(policy.get("spec"), dict):
-        raise ClusterPolicyError("ClusterPolicy has no spec mapping")
+        raise ClusterPolicyError("%s has no spec mapping" % kind)
     configmaps = {}
     for d in docs:
         if d.get("kind") == "ConfigMap":
@@ -591,10 +613,11 @@ class _Mapper:
                 handler(value, path)
 
 
-def _image_vars(m):
-    """<role>_image / <role>_registry / gpuops_registry from the components' repository/image/version."""
+def _image_vars(m, images=None):
+    """<role>_image / <role>_registry / gpuops_registry from the components' repository/image/version
+    (``images``: spec key -> (role, default image); the ClusterPolicy's by default)."""
     hosts = {}
-    components = {k: v for k, v in IMAGE_COMPONENTS.items() if k not in m.inert}
+    components = {k: v for k, v in (images or IMAGE_COMPONENTS).items() if k not in m.inert}
     fields = {}
     for key in components:
         given = {}
@@ -1213,7 +1236,7 @@ def _validator(m):
                 m.skip(path, value, WHY_ENV)
 
 
-def _daemonsets(m):
+def _daemonsets(m, images=None):
     tol = m.get("daemonsets.tolerations")
     if tol is not None:
         m.set("gpuops_k8s_tolerations", _typed(tol, "daemonsets.tolerations", list, "a list"), "daemonsets.tolerations")
@@ -1221,7 +1244,7 @@ def _daemonsets(m):
     if not _empty(pc):
         _k8s_name(pc, "daemonsets.priorityClassName", "a PriorityClass name")
         sandbox_on = _bool(m.get("sandboxWorkloads.enabled", False), "sandboxWorkloads.enabled")
-        for key, (prefix, _d) in IMAGE_COMPONENTS.items():
+        for key, (prefix, _d) in (images or IMAGE_COMPONENTS).items():
             if sandbox_on or key not in SANDBOX_COMPONENTS:
                 m.set(prefix + "_priority_class", pc, "daemonsets.priorityClassName")
     strategy = m.get("daemonsets.updateStrategy")
@@ -1259,7 +1282,7 @@ def _operator(m):
             m.skip("operator." + f, value, "a setting of the operator's own pods; gpuops.nvidia runs no operator")
 
 
-def _others(m):
+def _others(m, host_paths=True):
     for key, why in NOT_PROVIDED.items():
         if key in ("vgpuManager", "kataManager", "kataSandboxDevicePlugin") and key in m.consumed:
             continue
@@ -1281,7 +1304,7 @@ def _others(m):
     if value is not None and _bool(value, "psa.enabled"):
         m.set("gpuops_k8s_namespace_psa", True, "psa.enabled")
     hp = "hostPaths"
-    for f, default, var in (("rootFS", "/", None), ("driverInstallDir", "/run/nvidia/driver", "validator_driver_install_dir"),
+    for f, default, var in () if not host_paths else (("rootFS", "/", None), ("driverInstallDir", "/run/nvidia/driver", "validator_driver_install_dir"),
                             ("kubeletRootDir", "/var/lib/kubelet", "validator_node_kubelet_dir")):
         value = m.get("%s.%s" % (hp, f))
         if _empty(value):
@@ -1294,6 +1317,70 @@ def _others(m):
         elif value != default:
             m.skip("%s.%s" % (hp, f), value, "host paths of the operator's containers; gpuops.nvidia works on the "
                    "hosts themselves (driver under /, toolkit in /usr/bin)")
+
+
+def _dra_driver(m):
+    """GPUCluster spec.draDriver -> the dra_driver role's variables; its compute-domain half is listed."""
+    key = "draDriver"
+    m.common(key, "dra_driver", keep=("repository", "image", "version"))
+    gates = m.get(key + ".featureGates")
+    if not _empty(gates):
+        path = key + ".featureGates"
+        gates = _typed(gates, path, dict, "a mapping of gate names to true/false")
+        for name, value in gates.items():
+            if name not in DRA_FEATURE_GATES:
+                raise ClusterPolicyError("%s: %s is not a feature gate of the DRA driver v0.5.0 (known: %s)" % (
+                    path, _show(name, 60), ", ".join(sorted(DRA_FEATURE_GATES))))
+            if not isinstance(value, bool):
+                raise ClusterPolicyError("%s.%s must be true or false, got %s" % (path, name, _show(value)))
+        m.set("dra_driver_feature_gates", dict(gates), path)
+    plugin = key + ".gpus.kubeletPlugin"
+    if m.has(plugin + ".resources"):
+        m.set("dra_driver_resources", _typed(m.get(plugin + ".resources"), plugin + ".resources", dict, "a mapping"),
+              plugin + ".resources")
+    for _name, value, path in m.env(plugin + ".env"):
+        m.skip(path, value, WHY_ENV)
+    hc = plugin + ".healthcheck"
+    enabled = m.get(hc + ".enabled")
+    port = m.get(hc + ".port")
+    if enabled is not None and not _bool(enabled, hc + ".enabled"):
+        m.set("dra_driver_healthcheck_port", 0, hc + ".enabled")
+    elif not _empty(port):
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise ClusterPolicyError("%s.port must be a port number 1-65535, got %s" % (hc, _show(port)))
+        m.set("dra_driver_healthcheck_port", port, hc + ".port")
+    cd = key + ".computeDomains"
+    on = m.get(cd + ".enabled")
+    # the API's default: enabled
+    if on is None or _bool(on, cd + ".enabled"):
+        m.skip(cd, m.get(cd) if m.get(cd) is not None else {"enabled": True}, WHY_COMPUTE_DOMAINS)
+    elif set(_mapping(m.get(cd), cd)) - {"enabled"}:
+        m.notes.append("%s.*: not deployed by the operator while %s.enabled is false" % (cd, cd))
+    m.consume_tree(cd)
+
+
+def _gpucluster(m):
+    """A GPUCluster: the DRA driver on every GPU node (no device plugin, GFD or toolkit), DCGM exporter when enabled."""
+    disabled = {}
+    _daemonsets(m, GPUCLUSTER_IMAGES)
+    _dra_driver(m)
+    _dcgm(m, disabled)
+    _image_vars(m, GPUCLUSTER_IMAGES)
+    _others(m, host_paths=False)
+    hp = "hostPaths"
+    value = m.get(hp + ".kubeletRootDir")
+    if not _empty(value):
+        path = _host_path(value, hp + ".kubeletRootDir")
+        m.set("dra_driver_kubelet_root", path.rstrip("/") if path != "/" else path, hp + ".kubeletRootDir")
+    value = m.get(hp + ".driverInstallDir")
+    if not _empty(value):
+        m.skip(hp + ".driverInstallDir", value, "the operator's driver-validation path; gpuops.nvidia installs the "
+               "driver on the hosts (dra_driver_driver_root /) -- set dra_driver_driver_root for a containerised one")
+    m.set("gpuops_gpu_allocation", "dra", "kind GPUCluster")
+    m.set("gpuops_cluster_components",
+          ["nfd", "dra_driver"] + ([] if "dcgm_exporter" in disabled else ["runtime_class", "dcgm_exporter"]),
+          "kind GPUCluster", *sorted(set(disabled.values())))
+    m.leftover()
 
 
 def clusterpolicy_to_vars(data, configmaps=None):
@@ -1309,6 +1396,9 @@ def clusterpolicy_to_vars(data, configmaps=None):
             _p, extra = find_clusterpolicy([policy, configmaps])
             found.update(extra)
     m = _Mapper(policy["spec"], found)
+    if policy["kind"] == "GPUCluster":
+        _gpucluster(m)
+        return _result(policy, m)
     disabled = {}
     _operator(m)
     _daemonsets(m)
@@ -1328,8 +1418,13 @@ def clusterpolicy_to_vars(data, configmaps=None):
         m.set("gpuops_cluster_components", [c for c in CLUSTER_COMPONENTS if c not in disabled],
               *sorted(set(disabled.values())))
     m.leftover()
+    return _result(policy, m)
+
+
+def _result(policy, m):
     meta = policy.get("metadata") or {}
     return {
+        "kind": policy["kind"],
         "name": meta.get("name", ""),
         "namespace": policy_namespace(policy),
         "vars": _ordered(m.vars),
@@ -1345,6 +1440,7 @@ _SECTIONS = [
     ("Driver", ("driver_", "gpu_upgrade_")),
     ("Container toolkit and runtime", ("container_toolkit_", "runtime_class_")),
     ("Device plugin", ("device_plugin_",)),
+    ("DRA driver", ("dra_driver_",)),
     ("GPU feature discovery", ("gfd_",)),
     ("DCGM exporter", ("dcgm_exporter_",)),
     ("MIG manager", ("mig_manager_",)),
@@ -1421,6 +1517,8 @@ def _check_result(result):
     for var in result["vars"]:
         if var not in VARIABLES:
             raise ClusterPolicyError("%s is not a variable the ClusterPolicy import writes" % _show(var))
+    if result.get("kind", "ClusterPolicy") not in ("ClusterPolicy", "GPUCluster"):
+        raise ClusterPolicyError("the result's kind must be ClusterPolicy or GPUCluster, got %s" % _show(result["kind"]))
     if not isinstance(result.get("name") or "", str):
         raise ClusterPolicyError("the result's name must be a string, got %s" % _show(result["name"]))
     sources = _typed(result.get("sources") or {}, "the result's sources", dict, "a mapping")
@@ -1448,8 +1546,8 @@ def group_vars_text(result, source=""):
     are written, and comment text is escaped (``_comment``)."""
     _check_result(result)
     lines = ["--- !unsafe",
-             "# gpuops.nvidia group_vars imported from GPU Operator ClusterPolicy %s%s" % (
-                 _comment(result.get("name") or "?"), (" (%s)" % _comment(source)) if source else ""),
+             "# gpuops.nvidia group_vars imported from GPU Operator %s %s%s" % (
+                 result.get("kind", "ClusterPolicy"), _comment(result.get("name") or "?"), (" (%s)" % _comment(source)) if source else ""),
              "# by playbooks/import_clusterpolicy.yml (the gpuops.nvidia.clusterpolicy_to_vars filter).",
              "# Each variable names the ClusterPolicy field(s) it comes from; the fields with no equivalent",
              "# in gpuops.nvidia are listed at the end, with why. Everything in this file is data (the !unsafe",

@@ -31,6 +31,9 @@ IMAGES = {
                             "image": "vgpu-device-manager", "version": "v0.5.0"},
     "sandbox_device_plugin": {"clusterpolicy": "sandboxDevicePlugin", "repository": "nvcr.io/nvidia",
                               "image": "kubevirt-gpu-device-plugin", "version": "v1.6.0"},
+    # GPU Operator v26.7.0 deploys it from its GPUCluster resource (spec.draDriver), not from ClusterPolicy
+    "dra_driver": {"clusterpolicy": None, "repository": "nvcr.io/nvidia", "image": "dra-driver-nvidia-gpu",
+                   "version": "v0.5.0"},
     "nfd": {"clusterpolicy": None, "repository": "registry.k8s.io/nfd", "image": "node-feature-discovery",
             "version": "v0.19.0"},
 }

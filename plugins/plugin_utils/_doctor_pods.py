@@ -48,6 +48,8 @@ COMPONENTS = {
     # its nodeSelector also asks for the device plugin's deploy label (REQUIRES below)
     "nvidia-device-plugin-mps-control-daemon": ("device_plugin", "nvidia.com/mps.capable", "MPS control daemon",
                                                 "DaemonSet"),
+    "nvidia-dra-driver-kubelet-plugin": ("dra_driver", "nvidia.com/gpu.deploy.dra-driver", "DRA driver kubelet plugin",
+                                         "DaemonSet"),
     "gpu-feature-discovery": ("gfd", "nvidia.com/gpu.deploy.gpu-feature-discovery", "GPU feature discovery", "DaemonSet"),
     "nvidia-dcgm-exporter": ("dcgm_exporter", "nvidia.com/gpu.deploy.dcgm-exporter", "DCGM exporter", "DaemonSet"),
     "nvidia-mig-manager": ("mig_manager", "nvidia.com/gpu.deploy.mig-manager", "MIG manager", "DaemonSet"),
@@ -249,6 +251,9 @@ _NVML_HINT = ("if the log says NVML could not start (e.g. 'could not load NVML l
 _CRASH_HINTS = {
     "device_plugin": _NVML_HINT + " On a node without a GPU set flags.failOnInitError: false in its config "
                                   "(gpuops_device_plugin_configs).",
+    "dra_driver": "its init container's log says where it looked for nvidia-smi and libnvidia-ml.so.1 under "
+                  "dra_driver_driver_root (/ for a host-installed driver); the plugin needs the driver loaded "
+                  "(playbooks/driver.yml) and refuses feature gates it does not know (dra_driver_feature_gates).",
     "gfd": _NVML_HINT + " On a node without a GPU set gfd_fail_on_init_error: false.",
     "dcgm_exporter": "DCGM needs the driver loaded and the nvidia runtime (RuntimeClass nvidia, "
                      "playbooks/container_toolkit.yml); check dcgm_exporter's metrics config.",

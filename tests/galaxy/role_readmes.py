@@ -36,7 +36,7 @@ END = "<!-- END generated -->"
 
 # Roles that talk to the Kubernetes API (kubernetes.core) from the controller.
 CLUSTER_ROLES = {
-    "common", "dcgm_exporter", "device_plugin", "gfd", "gpu_operator", "kubevirt_config", "mig_manager", "nfd", "node_labels",
+    "common", "dcgm_exporter", "device_plugin", "dra_driver", "gfd", "gpu_operator", "kubevirt_config", "mig_manager", "nfd", "node_labels",
     "policies", "runtime_class", "sandbox_device_plugin", "validator", "vgpu_device_manager",
 }
 
@@ -273,6 +273,7 @@ EXAMPLES = {
 CLUSTER_VARS = {
     "dcgm_exporter": {"dcgm_exporter_dashboard": "configmap"},
     "device_plugin": {"device_plugin_registry": "registry.example.com:5000"},
+    "dra_driver": {"dra_driver_feature_gates": {"TimeSlicingSettings": True}},
     "gfd": {"gfd_sleep_interval": "60s"},
     "gpu_operator": {"gpu_operator_chart_version": "v26.7.0", "gpu_operator_driver_on_hosts": True},
     "mig_manager": {"mig_manager_default_config": "all-disabled"},

@@ -12,7 +12,7 @@ source "$(dirname "$0")/test-env.sh"
 "$HERE/up.sh" "${NODES_TEST:-$HERE/nodes/default.yml}"
 rc=0
 "$PYTHON" -m pytest -p no:cacheprovider -v "$HERE/test_cluster_lane.py" "$HERE/test_driver_upgrade.py" \
-    "$HERE/test_kubevirt.py" "$@" || rc=$?
+    "$HERE/test_kubevirt.py" "$HERE/test_dra.py" "$@" || rc=$?
 if ((rc == 0)); then
     "$HERE/down.sh" --purge
     # the real node (kubelet + containerd here, tests/lab/kubenode) beside a fresh KWOK fleet: a control plane of

@@ -92,3 +92,13 @@ def test_values_the_roles_refuse_stop_before_writing(tmp_path):
     assert res.returncode != 0
     assert "device_plugin_image_pull_policy" in res.stdout and "Sometimes" in res.stdout
     assert not (tmp_path / "out.yml").exists()
+
+
+def test_import_a_gpucluster_file(tmp_path):
+    fixture = os.path.join(REPO, "tests", "unit", "fixtures", "clusterpolicy", "gpucluster-dra.yaml")
+    res = run(tmp_path, "-e", "clusterpolicy_file=%s" % fixture, "-e", "clusterpolicy_output=gc.yml")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "GPUCluster gpu-cluster -> %s/gc.yml" % tmp_path in res.stdout
+    assert "draDriver.computeDomains:" in res.stdout
+    written = DataLoader().load_from_file(str(tmp_path / "gc.yml"), trusted_as_template=True)
+    assert written["gpuops_gpu_allocation"] == "dra" and "dra_driver" in written["gpuops_cluster_components"]

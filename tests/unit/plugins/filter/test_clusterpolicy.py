@@ -286,9 +286,9 @@ def test_unknown_fields_are_listed_not_dropped():
 
 
 @pytest.mark.parametrize("policy, match", [
-    ([], "exactly one ClusterPolicy, found 0"),
+    ([], "exactly one ClusterPolicy or GPUCluster \\(the operator refuses both\\), found 0"),
     ([{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": n}, "spec": {}} for n in "ab"],
-     "found 2: a, b"),
+     "found 2: ClusterPolicy a, ClusterPolicy b"),
     ({"apiVersion": "nvidia.com/v2", "kind": "ClusterPolicy", "spec": {}}, "apiVersion must be nvidia.com/v1"),
     ({"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "spec": {"mig": {"strategy": "double"}}},
      "mig.strategy must be none, single or mixed"),
@@ -348,13 +348,14 @@ def test_default_images_are_the_roles_defaults():
 def test_cluster_components_are_cluster_ymls_default_order():
     with open(os.path.join(ROLES, "..", "playbooks", "cluster.yml")) as fh:
         play = next(p for p in yaml.safe_load(fh) if p["name"] == "GPU cluster components")
-    assert play["vars"]["_cluster_default_order"] == cp.CLUSTER_COMPONENTS
+    # the DRA driver comes in only with DRA nodes (gpuops_gpu_allocation dra): a ClusterPolicy has none
+    assert [c for c in play["vars"]["_cluster_default_order"] if c != "dra_driver"] == cp.CLUSTER_COMPONENTS
 
 
 # roles whose defaults read the imported variables (role-level or the cluster-wide gpuops_* ones)
 SPEC_ROLES = ["container_toolkit", "driver", "device_plugin", "gfd", "dcgm_exporter", "mig_manager", "validator",
               "vgpu_device_manager", "sandbox_device_plugin", "runtime_class", "node_labels", "gpu_operator", "nfd",
-              "doctor"]
+              "doctor", "dra_driver"]
 
 
 def role_arguments(role, variables, entry="main"):
@@ -626,3 +627,75 @@ def test_validator_driver_dir_and_dev_char_links():
     policy["spec"]["validator"]["driver"]["env"][0]["value"] = "maybe"
     with pytest.raises(AnsibleFilterError, match=r"DISABLE_DEV_CHAR_SYMLINK_CREATION.*must be a boolean"):
         f.clusterpolicy_to_vars(policy)
+
+
+# -- GPUCluster (the DRA stack of GPU Operator v26.7.0) ------------------------------------------------------
+
+def test_a_gpucluster_maps_to_dra_allocation_and_the_dra_driver_role():
+    r = f.clusterpolicy_to_vars(load("gpucluster-dra.yaml"))
+    assert r["kind"] == "GPUCluster" and r["name"] == "gpu-cluster"
+    v = r["vars"]
+    assert v["gpuops_gpu_allocation"] == "dra"
+    assert v["gpuops_cluster_components"] == ["nfd", "dra_driver", "runtime_class", "dcgm_exporter"]
+    assert v["gpuops_registry"] == "mirror.example.com:5000"
+    assert v["dra_driver_feature_gates"] == {"TimeSlicingSettings": True, "MPSSupport": True}
+    assert (v["dra_driver_image_pull_policy"], v["dra_driver_image_pull_secrets"]) == ("Always", ["mirror-cred"])
+    assert v["dra_driver_image"] == {"repository": "nvcr.io/nvidia", "image": "dra-driver-nvidia-gpu", "version": "v0.5.0"}
+    assert v["dra_driver_resources"] == {"limits": {"memory": "512Mi"}}
+    assert v["dra_driver_healthcheck_port"] == 51600
+    assert v["dra_driver_kubelet_root"] == "/data/kubelet"
+    assert v["dcgm_exporter_port"] == 9500
+    assert v["dra_driver_priority_class"] == v["dcgm_exporter_priority_class"] == "system-node-critical"
+    assert "device_plugin_priority_class" not in v
+    # what it cannot: the compute-domain half (on by the API's default), the driver's validation path, env
+    assert paths(r) == ["draDriver.gpus.kubeletPlugin.env[LOG_VERBOSITY]", "draDriver.computeDomains",
+                        "hostPaths.driverInstallDir"]
+    why = {u["path"]: u["why"] for u in r["unmapped"]}
+    assert why["draDriver.computeDomains"] == cp.WHY_COMPUTE_DOMAINS
+
+
+def test_a_gpucluster_without_compute_domains_or_dcgm_exporter():
+    r = f.clusterpolicy_to_vars({"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster",
+                                 "metadata": {"name": "gpu-cluster"},
+                                 "spec": {"draDriver": {"computeDomains": {"enabled": False, "controller": {"env": []}},
+                                                        "gpus": {"kubeletPlugin": {"healthcheck": {"enabled": False}}}},
+                                          "dcgmExporter": {"enabled": False}}})
+    assert r["unmapped"] == []
+    assert r["vars"]["gpuops_cluster_components"] == ["nfd", "dra_driver"]
+    assert r["vars"]["dra_driver_healthcheck_port"] == 0
+    assert any(n.startswith("draDriver.computeDomains.*") for n in r["notes"])
+
+
+@pytest.mark.parametrize("policy,match", [
+    ([{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cp"}, "spec": {}},
+      {"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster", "metadata": {"name": "gpu-cluster"}, "spec": {}}],
+     "found 2: ClusterPolicy cp, GPUCluster gpu-cluster"),
+    ({"apiVersion": "nvidia.com/v1", "kind": "GPUCluster", "spec": {}}, "GPUCluster apiVersion must be nvidia.com/v1alpha1"),
+    ({"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster", "spec": {"draDriver": {"featureGates": {
+        "{{ lookup('pipe', 'id') }}": True}}}}, "is not a feature gate of the DRA driver v0.5.0"),
+    ({"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster", "spec": {"draDriver": {"featureGates": {
+        "MPSSupport": "yes"}}}}, "featureGates.MPSSupport must be true or false"),
+    ({"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster", "spec": {"draDriver": {"featureGates": ["MPSSupport"]}}},
+     "draDriver.featureGates must be a mapping"),
+    ({"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster", "spec": {"draDriver": {"gpus": {"kubeletPlugin": {
+        "healthcheck": {"port": "51516; id"}}}}}}, "healthcheck.port must be a port number"),
+    ({"apiVersion": "nvidia.com/v1alpha1", "kind": "GPUCluster", "spec": {"hostPaths": {"kubeletRootDir": "/a/../b"}}},
+     "hostPaths.kubeletRootDir"),
+])
+def test_a_gpucluster_refused_with_a_message(policy, match):
+    with pytest.raises(AnsibleFilterError, match="clusterpolicy_to_vars: .*" + re.escape(match)):
+        f.clusterpolicy_to_vars(policy)
+
+
+def test_gpucluster_group_vars_pass_the_dra_driver_spec_and_name_the_kind():
+    result = f.clusterpolicy_to_vars(load("gpucluster-dra.yaml"))
+    text = f.clusterpolicy_group_vars(result, "gc.yaml")
+    assert text.startswith("--- !unsafe\n# gpuops.nvidia group_vars imported from GPU Operator GPUCluster gpu-cluster (gc.yaml)")
+    written = load_group_vars(text)
+    assert written == result["vars"]
+    for role in ("dra_driver", "dcgm_exporter"):
+        spec, values = role_arguments(role, written)
+        res = ArgumentSpecValidator(spec).validate(values)
+        assert not res.error_messages, (role, res.error_messages)
+    spec, values = role_arguments("dra_driver", written)
+    assert values["dra_driver_feature_gates"] == {"TimeSlicingSettings": True, "MPSSupport": True}

@@ -252,3 +252,45 @@ def test_labels_left_by_only_what_no_one_else_set():
     assert kl.labels_left_by([node], ["someone-else"], keys) == []
     bare = {"metadata": {"name": "n", "labels": {"nvidia.com/mig.config.state": "success"}}}
     assert kl.labels_left_by([bare], ["nvidia-mig-manager"], keys) == []
+
+
+def test_a_dra_node_gets_the_dra_driver_instead_of_the_device_plugin_and_validator():
+    p = plan([{"name": "d", "gpu": H200, "allocation": "dra"}, {"name": "p", "gpu": H200},
+              {"name": "v", "gpu": L40S, "workload": "vm-passthrough"}])
+    assert deploy(p["d"]["labels"]) == sorted(set(CONTAINER + ["mig-manager", "dra-driver"])
+                                              - {"device-plugin", "operator-validator"})
+    assert "dra-driver" not in deploy(p["p"]["labels"]) and "device-plugin" in deploy(p["p"]["labels"])
+    assert (p["d"]["allocation"], p["p"]["allocation"], p["v"]["allocation"]) == ("dra", "device-plugin", None)
+    assert kl.placement({"nodes": list(p.values())})["dra-driver"] == ["d"]
+
+
+def test_the_fleet_default_allocation_reaches_container_nodes_only():
+    p = plan([{"name": "d", "gpu": L40S}, {"name": "v", "gpu": L40S, "workload": "vm-vgpu"},
+              {"name": "x", "gpu": L40S, "allocation": ["device-plugin"]}], default_allocation="dra")
+    assert p["d"]["allocation"] == "dra" and "dra-driver" in deploy(p["d"]["labels"])
+    assert p["v"]["allocation"] is None and "dra-driver" not in deploy(p["v"]["labels"])
+    assert p["x"]["allocation"] == "device-plugin"
+
+
+def test_switching_a_node_to_dra_drops_our_device_plugin_label_but_refuses_anothers():
+    have = {"labels": {kl.DEPLOY + "device-plugin": "true"}}
+    ours = plan([{"name": "d", "gpu": L40S, "allocation": "dra"}],
+                {"d": dict(have, owned_labels={kl.DEPLOY + "device-plugin"})})
+    assert kl.DEPLOY + "device-plugin" not in ours["d"]["labels"]
+    with pytest.raises(kl.LabelPlanError, match="set by another field manager"):
+        plan([{"name": "d", "gpu": L40S, "allocation": "dra"}], {"d": dict(have, owned_labels=set())})
+
+
+@pytest.mark.parametrize("node,opts,match", [
+    ({"name": "n", "gpu": L40S, "allocation": ["dra", "device-plugin"]}, {}, "one GPU allocation model per node"),
+    ({"name": "n", "gpu": L40S, "allocation": "dra\n"}, {}, "unknown GPU allocation model"),
+    ({"name": "n", "gpu": L40S, "allocation": "Dra"}, {}, "unknown GPU allocation model 'Dra'"),
+    ({"name": "n", "gpu": L40S}, {"default_allocation": "both"}, "default GPU allocation model 'both'"),
+    ({"name": "n", "gpu": L40S, "allocation": "dra", "workload": "vm-vgpu"}, {}, "DRA allocation applies to container"),
+    ({"name": "n", "gpu": L40S, "allocation": "dra", "device_plugin_config": "ts"}, {},
+     "device plugin config 'ts' on a node that allocates by DRA"),
+    ({"name": "n", "gpu": L40S}, {"default_allocation": 1}, "options.default_allocation must be a string"),
+])
+def test_bad_allocation_refused(node, opts, match):
+    with pytest.raises(kl.LabelPlanError, match=match):
+        kl.node_plan([node], None, opts)
