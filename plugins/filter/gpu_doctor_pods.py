@@ -14,10 +14,11 @@ _refusing = refusing()
 
 
 @_refusing
-def gpu_doctor_pods(pods_resources, nodes_resources, node_name, namespace=None, pods_error=None, workload=None):
-    """k8s_info Pod and Node resources -> {findings, pods} for the component pods on ``node_name``."""
+def gpu_doctor_pods(pods_resources, nodes_resources, node_name, namespace=None, pods_error=None, workload=None,
+                    slices=None):
+    """k8s_info Pod and Node (and ResourceSlice) resources -> {findings, pods} for the component pods on ``node_name``."""
     return _doctor_pods.pod_findings(pods_resources, nodes_resources, node_name,
-                                     namespace=namespace, pods_error=pods_error, workload=workload)
+                                     namespace=namespace, pods_error=pods_error, workload=workload, slices=slices)
 
 
 class FilterModule:

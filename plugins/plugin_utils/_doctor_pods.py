@@ -64,6 +64,11 @@ COMPONENTS = {
 # further labels a component's nodeSelector asks for, beside its own
 REQUIRES = {"nvidia-device-plugin-mps-control-daemon": ("nvidia.com/gpu.deploy.device-plugin",)}
 
+#: NVIDIA's DRA driver: its kubelet plugin's app label, deploy label and driver name (ResourceSlice spec.driver)
+DRA_APP = "nvidia-dra-driver-kubelet-plugin"
+DRA_LABEL = "nvidia.com/gpu.deploy.dra-driver"
+DRA_DRIVER = "gpu.nvidia.com"
+
 #: the node's one GPU workload kind, as the GPU Operator reads it (no label: its default, container)
 WORKLOAD_LABEL = "nvidia.com/gpu.workload.config"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
@@ -402,11 +407,61 @@ def _pod_findings(pod, ns):
         found.append(_pod_config(pod, sandbox, ns))
     if found:
         return found
+    if pod["app"] == DRA_APP and pod["phase"] == "Running" and not pod["ready"] and not pod["terminating"]:
+        return [_dra_not_registered(pod, ns)]
     if not pod["ready"] or pod["terminating"]:
         return [_not_ready(pod, _reasons(pod), ns)]
     if any(c["restarts"] > 0 for c in pod["containers"]):
         return [_restarts(pod, ns)]
     return []
+
+
+def _dra_not_registered(pod, ns):
+    """The DRA kubelet plugin runs but its startup probe (its gRPC health service: registered with the kubelet, its
+    DRA service serving) has not passed."""
+    summary = ("the DRA driver's kubelet plugin on %s runs but is not Ready: it has not registered with the kubelet "
+               "(its health check, registration and DRA service, fails) -- pods on this node get no GPU by DRA"
+               % pod["node"])
+    remediation = (
+        "the plugin registers through <kubelet root>/plugins_registry/gpu.nvidia.com-reg.sock: dra_driver_kubelet_root "
+        "must be the kubelet's --root-dir (default /var/lib/kubelet); read the plugin's log (%s) and the kubelet's "
+        "(journalctl -u kubelet | grep gpu.nvidia.com: a RegisterPlugin error says why); Kubernetes 1.34 or later "
+        "with the DynamicResourceAllocation feature on the kubelet" % _kubectl(ns, "logs", _shell(pod["name"]), "-c", "gpus"))
+    return _finding("dra-plugin-not-registered", "error", summary, remediation, **_detail(pod, reasons=_reasons(pod)))
+
+
+def _dra_slices(node, node_name, labels, pods, slices, ns):
+    """A DRA node whose kubelet plugin is Ready: no ResourceSlice of the driver for the node (error), or slices that
+    list no device (warning). None when the node is no DRA node, its plugin is not Ready (its own finding says why),
+    or the slices were not read."""
+    if slices is None or labels.get(DRA_LABEL) != "true":
+        return None
+    plugin = [p for p in pods if p["app"] == DRA_APP]
+    if not plugin or not plugin[0]["ready"]:
+        return None
+    mine = [_dict(s.get("spec")) for s in slices if isinstance(s, dict)]
+    mine = [s for s in mine if s.get("driver") == DRA_DRIVER and s.get("nodeName") == node_name]
+    logs = _kubectl(ns, "logs", _shell(plugin[0]["name"]), "-c", "gpus")
+    listing = "kubectl get resourceslices --field-selector spec.nodeName=%s,spec.driver=%s" % (_shell(node), DRA_DRIVER)
+    if not mine:
+        return _finding(
+            "dra-no-resourceslice", "error",
+            "node %s allocates GPUs by DRA and its kubelet plugin is Ready, but no ResourceSlice of %s lists the node: "
+            "the scheduler sees no GPU there" % (node, DRA_DRIVER),
+            "read the plugin's log (%s) for why it publishes nothing (NVML, the driver under dra_driver_driver_root); "
+            "the plugin's service account must be allowed to write the node's slices (the dra_driver role's ClusterRole "
+            "and admission policy: its pod-bound token names the node); check with %s" % (logs, listing),
+            node=node, driver=DRA_DRIVER)
+    devices = sum(len(_list(s.get("devices"))) for s in mine)
+    if devices == 0:
+        return _finding(
+            "dra-no-gpu-published", "warning",
+            "node %s: the DRA driver's ResourceSlices list no device -- the plugin found no GPU it can hand out"
+            % node,
+            "nvidia-smi on the node lists the GPUs? (a GPU bound to vfio-pci is published only with the "
+            "PassthroughSupport gate); the plugin's log says what it found: %s; %s" % (logs, listing),
+            node=node, driver=DRA_DRIVER, slices=len(mine))
+    return None
 
 
 def _node_labels(nodes, node_name):
@@ -484,8 +539,12 @@ def _unknown(error):
                     "check gpuops_kubeconfig and the API server, or set doctor_k8s_pods: false", error=text(error))
 
 
-def pod_findings(pods, nodes, node_name, namespace=None, pods_error=None, workload=None):
+def pod_findings(pods, nodes, node_name, namespace=None, pods_error=None, workload=None, slices=None):
     """-> {"findings": [...], "pods": [{name, component, phase, ready, restarts, reasons}]} for ``node_name``.
+
+    ``slices``: the cluster's ResourceSlices (resource.k8s.io), or None when not read: on a DRA node (its
+    ``nvidia.com/gpu.deploy.dra-driver`` label) whose kubelet plugin is Ready, a ``dra-no-resourceslice`` finding
+    when no slice of the driver names the node, ``dra-no-gpu-published`` when its slices list no device.
 
     ``workload``: the inventory's gpu_workload for the node (container, vm-passthrough or vm-vgpu); when given and
     the Node is in ``nodes``, a ``node-workload-label`` finding says when its workload label is missing or differs.
@@ -505,6 +564,7 @@ def pod_findings(pods, nodes, node_name, namespace=None, pods_error=None, worklo
                                    % (", ".join(WORKLOADS), text(workload, 63) if isinstance(workload, str)
                                       else type(workload).__name__))
     nodes = [] if nodes is None else _seq(nodes, "nodes_resources")
+    slices = None if slices is None else _seq(slices, "slices")
     if pods_error not in (None, "", False):
         return {"findings": [_unknown(pods_error if isinstance(pods_error, str) else str(pods_error))], "pods": []}
     pods = _seq(pods, "pods_resources")
@@ -533,6 +593,9 @@ def pod_findings(pods, nodes, node_name, namespace=None, pods_error=None, worklo
         mig = _mig_state(node, labels, here, ns)
         if mig:
             findings.append(mig)
+        dra = _dra_slices(node, node_name, labels, here, slices, ns)
+        if dra:
+            findings.append(dra)
         for app, (_role, label, _words, _kind) in COMPONENTS.items():
             if label and labels.get(label) == "true" and app not in present \
                     and all(labels.get(r) == "true" for r in REQUIRES.get(app, ())):

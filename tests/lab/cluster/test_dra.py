@@ -155,6 +155,22 @@ def test_check_mode_reports_the_switch_back_and_changes_nothing(tmp_path):
     assert labels("l40s-0").get(DEPLOY + "dra-driver") == "true"
 
 
+def test_the_doctor_names_a_dra_node_whose_plugin_publishes_no_slice(tmp_path):
+    """The plugin's pods are Ready (KWOK) but nothing publishes a ResourceSlice: the doctor names it on h200-0;
+    with the slice there, it is quiet."""
+    def ask():
+        r = cluster_playbook("-i", inventory(tmp_path, dra_hosts()), "--limit", "h200-0", playbook="doctor.yml")
+        return [line.strip() for line in r.stdout.splitlines() if "] dra-" in line]
+    assert ask() == ["[ERROR] dra-no-resourceslice: node h200-0 allocates GPUs by DRA and its kubelet plugin is Ready, "
+                     "but no ResourceSlice of gpu.nvidia.com lists the node: the scheduler sees no GPU there"]
+    custom.create_cluster_custom_object("resource.k8s.io", "v1", "resourceslices",
+                                        _slice("h200-0", [_device_from_labels("h200-0")]))
+    try:
+        assert ask() == []
+    finally:
+        custom.delete_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", "lane-h200-0")
+
+
 def _plugin_client(node):
     """An API client holding the token of the DRA driver's service account bound to its pod on ``node``."""
     pod = [p for p in core.list_namespaced_pod(NS, label_selector="app=" + DS).items if p.spec.node_name == node][0]

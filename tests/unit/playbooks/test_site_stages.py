@@ -105,6 +105,9 @@ def test_readiness_report_lists_the_stages_each_host_ran(full_run):
     assert rows["gpu-p02.example.net"]["stages_run"] == ["discovery", "vfio", "cluster", "report"]
     assert rows["cpu-01.example.net"]["stages_run"] == ["discovery", "cluster", "report"]
     assert rows["gpu-g01.example.net"]["stages_run"] == ["discovery", "vgpu", "cluster", "report"]
+    # each container node's GPU allocation model (the device plugin unless its gpuops_gpu_allocation says dra)
+    assert (rows["gpu-c01.example.net"]["allocation"], rows["gpu-p02.example.net"]["allocation"]) == ("device-plugin", None)
+    assert "| GPU allocation | device-plugin |" in (tmp / "report" / "readiness.md").read_text()
     assert "| vfio | `vm_passthrough` | gpu-p01.example.net, gpu-p02.example.net |" in (tmp / "report" / "readiness.md").read_text()
 
 

@@ -57,7 +57,7 @@ def hostile_row(i, text):
     return {
         "host": "h%02d-%s" % (i, text), "node": text, "workload": text, "gpus": text, "product": text,
         "driver": text, "module": text, "iommu": True, "iommu_vendor": text, "vfio": text, "secure_boot": None,
-        "runtime": text, "labels": text, "label_names": [text, "nvidia.com/gpu.product"], "reboot_pending": True,
+        "runtime": text, "allocation": text, "labels": text, "label_names": [text, "nvidia.com/gpu.product"], "reboot_pending": True,
         "reboot_reasons": [text], "validated": False, "ready": False, "reasons": [text, "x"],
         "stages": {"discovery": text, text: "ok"},
         "problems": [{"id": text, "severity": "error", "summary": text, "remediation": text}],

@@ -508,8 +508,9 @@ def test_the_role_defaults_and_main_include(role):
     assert when == ["doctor_k8s_pods | bool", "doctor_k8s_nodes_group in group_names", "doctor_k8s_api | bool"]
     tasks = role.plain("tasks/pods.yml")
     reads = [t["kubernetes.core.k8s_info"] for t in tasks if "kubernetes.core.k8s_info" in t]
-    assert [r["kind"] for r in reads] == ["Pod", "Node"] and reads[0]["namespace"] == "{{ doctor_k8s_namespace }}"
-    for t in tasks[:2]:
+    assert [r["kind"] for r in reads] == ["Pod", "Node", "ResourceSlice"]
+    assert reads[0]["namespace"] == "{{ doctor_k8s_namespace }}" and reads[2]["api_version"] == "resource.k8s.io/v1"
+    for t in tasks[:3]:
         assert t["run_once"] is True and t["failed_when"] is False and t["check_mode"] is False
         assert t["delegate_to"] == "{{ doctor_k8s_host }}"
 
@@ -621,3 +622,81 @@ def test_a_mig_manager_that_reported_failed_is_an_error_with_its_log_and_the_con
                   "mig-config-failed")
     assert "\n" not in hostile["summary"] and "'$(id) x'" in hostile["summary"]
     assert "-l app=nvidia-mig-manager" in hostile["remediation"]  # no pod of it on the node: how to find one
+
+
+# -- DRA nodes (docs/dra.md) ----------------------------------------------------------------------------------
+
+DRA = "nvidia-dra-driver-kubelet-plugin"
+DRA_LABELS = {"nvidia.com/gpu.deploy.dra-driver": "true", "nvidia.com/gpu.deploy.gpu-feature-discovery": "true"}
+
+
+def dra_pods(ready=True, node_name=NODE):
+    return [pod(DRA, name="dra-" + node_name[-3:], node=node_name, ready=ready,
+                containers=[container_status("gpus", ready=ready)]),
+            pod("gpu-feature-discovery", name="gfd-" + node_name[-3:], node=node_name)]
+
+
+def a_slice(node_name=NODE, devices=1, driver="gpu.nvidia.com"):
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s-" + node_name},
+            "spec": {"driver": driver, "nodeName": node_name, "pool": {"name": node_name},
+                     "devices": [{"name": "gpu-%d" % i} for i in range(devices)]}}
+
+
+def test_a_dra_node_whose_plugin_publishes_its_gpu_has_no_finding():
+    assert run(dra_pods(), nodes=[node(labels=DRA_LABELS)], slices=[a_slice()])["findings"] == []
+
+
+def test_a_dra_node_with_no_resourceslice_is_an_error_that_says_where_to_look():
+    out = run(dra_pods(), nodes=[node(labels=DRA_LABELS)],
+              slices=[a_slice("gpu-p03"), a_slice(driver="compute-domain.nvidia.com")])
+    assert ids(out) == [("dra-no-resourceslice", "error")]
+    f = one(out, "dra-no-resourceslice")
+    assert f["summary"].startswith("node gpu-p02 allocates GPUs by DRA and its kubelet plugin is Ready, but no "
+                                   "ResourceSlice of gpu.nvidia.com lists the node")
+    for text in ("kubectl -n gpu-operator logs dra-p02 -c gpus", "dra_driver_driver_root",
+                 "kubectl get resourceslices --field-selector spec.nodeName=gpu-p02,spec.driver=gpu.nvidia.com"):
+        assert text in f["remediation"]
+
+
+def test_slices_with_no_device_are_a_warning():
+    out = run(dra_pods(), nodes=[node(labels=DRA_LABELS)], slices=[a_slice(devices=0)])
+    assert ids(out) == [("dra-no-gpu-published", "warning")]
+
+
+def test_a_running_plugin_that_is_not_ready_has_not_registered_with_the_kubelet():
+    out = run(dra_pods(ready=False), nodes=[node(labels=DRA_LABELS)], slices=[])
+    assert ids(out) == [("dra-plugin-not-registered", "error")]  # no slice finding beside it: the plugin comes first
+    f = one(out, "dra-plugin-not-registered")
+    for text in ("plugins_registry/gpu.nvidia.com-reg.sock", "dra_driver_kubelet_root", "journalctl -u kubelet",
+                 "kubectl -n gpu-operator logs dra-p02 -c gpus"):
+        assert text in f["remediation"]
+
+
+def test_slices_not_read_or_a_device_plugin_node_give_no_slice_finding():
+    assert run(dra_pods(), nodes=[node(labels=DRA_LABELS)])["findings"] == []  # slices=None: not read
+    dp_node = {"nvidia.com/gpu.deploy.device-plugin": "true"}
+    assert run([pod("nvidia-device-plugin-daemonset")], nodes=[node(labels=dp_node)], slices=[])["findings"] == []
+
+
+def test_a_dra_node_without_its_plugin_pod_is_missing_it():
+    out = run([p for p in dra_pods() if p["metadata"]["labels"]["app"] != DRA], nodes=[node(labels=DRA_LABELS)],
+              slices=[])
+    assert ids(out) == [("component-pod-missing", "error")]
+    assert one(out, "component-pod-missing")["detail"]["deploy_label"] == "nvidia.com/gpu.deploy.dra-driver"
+
+
+def test_slices_of_the_wrong_shape_are_refused():
+    with pytest.raises(AnsibleFilterError, match="slices"):
+        run(dra_pods(), nodes=[node(labels=DRA_LABELS)], slices="none")
+
+
+def test_the_role_passes_the_slices_it_read_and_skips_them_when_the_api_has_none(role):
+    base = dict(doctor_findings=[], doctor_k8s_node_name=NODE,
+                _doctor_pods={"resources": dra_pods(), "failed": False, "api_found": True},
+                _doctor_nodes={"resources": [node(labels=DRA_LABELS)], "failed": False})
+    ok, out = role.set_fact("pods.yml", TASK, _doctor_slices={"resources": [], "failed": False, "api_found": True}, **base)
+    assert ok and [f["id"] for f in out["doctor_findings"]] == ["dra-no-resourceslice"]
+    for slices in ({"resources": [], "failed": False, "api_found": False}, {"skipped": True},
+                   {"failed": True, "msg": "timed out"}):
+        ok, out = role.set_fact("pods.yml", TASK, _doctor_slices=slices, **base)
+        assert ok and out["doctor_findings"] == [], slices
