@@ -217,8 +217,8 @@ def node_plan(nodes, current=None, options=None):
     default_allocation = opts.get("default_allocation") or "device-plugin"
     errors = []
     if default_allocation not in ALLOCATIONS:
-        errors.append("default GPU allocation model {!r} is not one of {}".format(default_allocation[:80],
-                                                                                 ", ".join(ALLOCATIONS)))
+        errors.append("default GPU allocation model {!r} is not one of {}".format(
+            default_allocation[:80], ", ".join(ALLOCATIONS)))
     if default_workload not in WORKLOADS:
         errors.append("default workload kind {!r} is not one of {}".format(default_workload, ", ".join(WORKLOADS)))
     if sandbox_mode not in SANDBOX_MODES:

@@ -1304,8 +1304,9 @@ def _others(m, host_paths=True):
     if value is not None and _bool(value, "psa.enabled"):
         m.set("gpuops_k8s_namespace_psa", True, "psa.enabled")
     hp = "hostPaths"
-    for f, default, var in () if not host_paths else (("rootFS", "/", None), ("driverInstallDir", "/run/nvidia/driver", "validator_driver_install_dir"),
-                            ("kubeletRootDir", "/var/lib/kubelet", "validator_node_kubelet_dir")):
+    fields = (("rootFS", "/", None), ("driverInstallDir", "/run/nvidia/driver", "validator_driver_install_dir"),
+              ("kubeletRootDir", "/var/lib/kubelet", "validator_node_kubelet_dir"))
+    for f, default, var in fields if host_paths else ():
         value = m.get("%s.%s" % (hp, f))
         if _empty(value):
             continue

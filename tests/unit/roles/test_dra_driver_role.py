@@ -90,9 +90,9 @@ def test_bad_feature_gates_are_refused_with_what_is_wrong(gates, words):
 
 
 def test_good_feature_gates_pass():
-    holds, _ = ROLE.assert_holds("prepare.yml", GATES_CHECK, dra_driver_feature_gates={"DynamicMIG": True, "MPSSupport": False},
-                                 **ROLE.task("prepare.yml", GATES_CHECK)["vars"])
-    assert holds
+    holds, msg = ROLE.assert_holds("prepare.yml", GATES_CHECK, dra_driver_feature_gates={"DynamicMIG": True, "MPSSupport": False},
+                                   **ROLE.task("prepare.yml", GATES_CHECK)["vars"])
+    assert holds, msg
 
 
 @pytest.mark.parametrize("var,value,ok", [
@@ -112,8 +112,8 @@ def test_host_directories_are_checked_whole(var, value, ok):
     ({"dra_driver_extended_resource_name": "gpu"}, False), ({"dra_driver_extended_resource_name": "nvidia.com/gpu\n"}, False),
 ])
 def test_port_verbosity_and_extended_resource_name(overrides, ok):
-    holds, _ = ROLE.assert_holds("prepare.yml", "Check the health port, log verbosity and extended resource name", **overrides)
-    assert holds is ok
+    holds, msg = ROLE.assert_holds("prepare.yml", "Check the health port, log verbosity and extended resource name", **overrides)
+    assert holds is ok, msg
 
 
 def test_a_cluster_without_resource_k8s_io_v1_is_refused_with_a_message():
