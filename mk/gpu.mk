@@ -24,6 +24,8 @@ BESIDE_TEST_TARGETS += test-gpu-bundle
 # DEVICE_PLUGIN_GIT=<git dir of NVIDIA/k8s-device-plugin> builds the device plugin, GFD and config-manager at the
 # version the roles pin (tests/lab/gpu/build.sh); without it, the newest the Go module proxy serves (v0.17.4).
 # GPU_OPERATOR_GIT and MIG_PARTED_GIT (git dirs of NVIDIA/gpu-operator, NVIDIA/mig-parted): the validator's and the
-# MIG manager's binaries for their steps; without them those steps are not run (a failed check says so)
-gpu-cluster-kit: venv install ## build and pack the GPU cluster lane's parts (.gpu-cluster/a, b, c)
+# MIG manager's binaries for their steps; without them those steps are not run (a failed check says so).
+# DRA_DRIVER_GIT (git dir of kubernetes-sigs/dra-driver-nvidia-gpu): NVIDIA's GPU kubelet plugin in .gpu-cluster/d for
+# the DRA step (GPUC_ONLY=dra)
+gpu-cluster-kit: venv install ## build and pack the GPU cluster lane's parts (.gpu-cluster/a, b, c, and d with DRA)
 	CONTAINERD_VERSION=$(CONTAINERD2_VERSION) NVIDIA_CTK_VERSION=$(NVIDIA_CTK_VERSION) bash tests/lab/gpu/cluster.sh pack

@@ -26,6 +26,11 @@
 #                                                mig_manager role's pin checked against KNOWN_MIG_TAGS, offline from
 #                                                its vendor/ tree (the GPU cluster lane's MIG manager image); else not
 #                                                built
+#   gpu-kubelet-plugin, dra-driver-files/     <- kubernetes-sigs/dra-driver-nvidia-gpu with DRA_DRIVER_GIT (a git directory
+#                                                of the repository; the Go module proxy refuses the module): the commit
+#                                                KNOWN_DRA_REFS names for DRA_DRIVER_REF, offline from its vendor/ tree,
+#                                                and the image's prestart script and MPS templates (the GPU cluster
+#                                                lane's DRA step); else not built
 #   nfd-master, nfd-worker                    <- sigs.k8s.io/node-feature-discovery at the version the
 #                                                nfd role pins (plugins/plugin_utils/_components.py)
 #   loopback                                  <- github.com/containernetworking/plugins (the CNI config of
@@ -65,6 +70,12 @@ declare -A KNOWN_OPERATOR_TAGS=([v26.7.0]=10ee5b3638b89e11e949412aafa5ba99279c37
 MIG_PARTED_GIT=${MIG_PARTED_GIT:-}
 MIG_MANAGER_VERSION=${MIG_MANAGER_VERSION:-$(python3 "$ROOT/docs/render_data.py" --get components.mig_manager)}
 declare -A KNOWN_MIG_TAGS=([v0.15.0]=e2d5ad1fc72b9d298ea6d04b885cf2d7dbe56941)
+# NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu, a git directory): its GPU kubelet plugin. The dra_driver
+# role pins v0.5.0 (GPU Operator v26.7.0); a snapshot without that tag builds the newest commit known here, whose
+# VERSION file must name the ref (v0.5.0-dev: the main branch before the v0.5.0 release)
+DRA_DRIVER_GIT=${DRA_DRIVER_GIT:-}
+DRA_DRIVER_REF=${DRA_DRIVER_REF:-v0.5.0-dev}
+declare -A KNOWN_DRA_REFS=([v0.5.0-dev]=95932046683719c43b6a0dd9613c2e5aad5d6703)
 NFD_VERSION=${NFD_VERSION:-$(python3 "$ROOT/docs/render_data.py" --get components.nfd)}
 CNI_PLUGINS_VERSION=${CNI_PLUGINS_VERSION:-v1.10.0}
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
@@ -233,6 +244,34 @@ build_mig_manager_git() {  # nvidia-mig-manager and the nvidia-mig-parted it run
     for c in nvidia-mig-manager nvidia-mig-parted; do stamp "$c" "$s"; done
 }
 
+build_dra_driver_git() {  # gpu-kubelet-plugin and the files its image carries, from the DRA driver's repository
+    [[ -n $DRA_DRIVER_GIT ]] || return 0
+    local ref=$DRA_DRIVER_REF commit=${KNOWN_DRA_REFS[$DRA_DRIVER_REF]:-} tagged version
+    [[ -n $commit ]] || { log "ERROR: no known commit for the DRA driver $ref (KNOWN_DRA_REFS)"; exit 1; }
+    git --git-dir="$DRA_DRIVER_GIT" cat-file -e "$commit^{commit}" 2>/dev/null ||
+        { log "ERROR: $DRA_DRIVER_GIT has no commit $commit ($ref)"; exit 1; }
+    # a tag of that name, if the snapshot has one, must be the same commit
+    tagged=$(git --git-dir="$DRA_DRIVER_GIT" rev-parse --verify -q "refs/tags/$ref^{commit}" || true)
+    [[ -z $tagged || $tagged == "$commit" ]] || { log "ERROR: tag $ref is $tagged in $DRA_DRIVER_GIT, not $commit"; exit 1; }
+    version=$(git --git-dir="$DRA_DRIVER_GIT" cat-file blob "$commit:VERSION" | tr -d '[:space:]')
+    [[ $version == "$ref" ]] || { log "ERROR: $commit's VERSION says $version, not $ref"; exit 1; }
+    local s="dra-driver-$ref@$commit"
+    fresh gpu-kubelet-plugin "$s" && [[ -f $BIN/dra-driver-files/kubelet-plugin-prestart.sh ]] && return 0
+    log "DRA driver: building gpu-kubelet-plugin $ref from $DRA_DRIVER_GIT ($commit)"
+    local src=$WORK/dra-driver-git
+    rm -rf "$src"; mkdir -p "$src"
+    git_tree "$DRA_DRIVER_GIT" "$commit" "$src" site tests .github
+    # cgo: NVML through dlopen (go-nvml), as the repository's Makefile builds it
+    (cd "$src" && GOFLAGS="-mod=vendor -buildvcs=false" GOPROXY=off CGO_ENABLED=1 \
+        CGO_LDFLAGS_ALLOW='-Wl,--unresolved-symbols=ignore-in-object-files' nice -n "$NICE" "$GO" build -trimpath \
+        -ldflags "-s -w -X sigs.k8s.io/dra-driver-nvidia-gpu/internal/info.version=$ref -X sigs.k8s.io/dra-driver-nvidia-gpu/internal/info.gitCommit=$commit" \
+        -o "$BIN/gpu-kubelet-plugin" ./cmd/gpu-kubelet-plugin)
+    rm -rf "$BIN/dra-driver-files"; mkdir -p "$BIN/dra-driver-files"
+    cp "$src/hack/kubelet-plugin-prestart.sh" "$BIN/dra-driver-files/"
+    cp -r "$src/templates" "$BIN/dra-driver-files/templates"
+    stamp gpu-kubelet-plugin "$s"
+}
+
 build_device_plugin() {
     if [[ -n $DEVICE_PLUGIN_GIT ]]; then build_device_plugin_git; return; fi
     local s="k8s-device-plugin-$DEVICE_PLUGIN_VERSION+$(sha256sum "$HERE"/patches/k8s-device-plugin-"$DEVICE_PLUGIN_VERSION"-*.patch | sha256sum | cut -c1-12)"
@@ -370,6 +409,7 @@ build_toolkit
 build_device_plugin
 build_validator_git
 build_mig_manager_git
+build_dra_driver_git
 build_nfd
 build_cni
 build_kubelet

@@ -37,6 +37,9 @@ PART_B=(nvidia-device-plugin gpu-feature-discovery config-manager mps-control-da
 # validator step, and NVIDIA's MIG manager with its nvidia-mig-parted (build.sh: MIG_PARTED_GIT) for the MIG
 # manager step, each where it was built
 PART_C=(crio crictl pinns nvidia-validator validator-manifests nvidia-mig-manager nvidia-mig-parted)
+# part d: NVIDIA's DRA driver's GPU kubelet plugin and its image's files (build.sh: DRA_DRIVER_GIT), with Debian's
+# bash-static (the image's prestart script runs under bash), for the DRA step; packed only where it was built
+PART_D=(gpu-kubelet-plugin dra-driver-files)
 K8S_LINKS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
 CRIO_VERSION=${CRIO_VERSION:-v1.34.0}
 
@@ -61,10 +64,13 @@ pack_part() {  # pack_part <a|b> <binary>...: one xz stream with a dictionary la
             [[ $(cat "$CACHE/gpu/stamps/$b" 2>/dev/null) == "$(cat "$CACHE/gpu/stamps/nvidia-device-plugin")" ]] || continue
         # nvidia-validator and its manifests, the MIG manager: built from a git directory only (GPU_OPERATOR_GIT,
         # MIG_PARTED_GIT)
-        case $b in nvidia-validator | validator-manifests | nvidia-mig-*) [[ -e $(where "$b")/$b ]] || continue ;; esac
+        case $b in nvidia-validator | validator-manifests | nvidia-mig-* | gpu-kubelet-plugin | dra-driver-files)
+            [[ -e $(where "$b")/$b ]] || continue ;;
+        esac
         cp -r "$(where "$b")/$b" "$t/"
     done
     [[ $part != c ]] || conmon_bundle "$t"
+    [[ $part != d ]] || cp /bin/bash-static "$t/bash"
     key=$(cd "$t" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
     if [[ $(cat "$KIT/$part/key" 2>/dev/null) != "$key" || ! -f $KIT/$part/bin.tar.xz ]]; then
         # the Go binaries of a part share most of their packages (client-go, go-nvml, grpc): ~5 min on one core
@@ -111,6 +117,10 @@ pack() {
     local pa=$!
     pack_part b "${PART_B[@]}"
     pack_part c "${PART_C[@]}"
+    if [[ -x $CACHE/gpu/bin/gpu-kubelet-plugin ]]; then
+        [[ -x /bin/bash-static ]] || apt-get install -y --no-install-recommends bash-static   # part d's bash
+        pack_part d "${PART_D[@]}"
+    fi
     wait "$pa"
     local c=$KIT/b
     rm -rf "$c/wheels"; mkdir -p "$c/wheels"
@@ -125,15 +135,18 @@ pack() {
         echo "k8s-device-plugin-build=$(cat "$CACHE/gpu/stamps/mps-control-daemon" 2>/dev/null || echo none)"
         echo "gpu-operator-validator=$(cat "$CACHE/gpu/stamps/nvidia-validator" 2>/dev/null || echo none)"
         echo "mig-parted=$(cat "$CACHE/gpu/stamps/nvidia-mig-manager" 2>/dev/null || echo none)"
+        echo "dra-driver=$(cat "$CACHE/gpu/stamps/gpu-kubelet-plugin" 2>/dev/null || echo none)"
         echo "kubernetes=$(sed -n 's/^K8S_VERSION=\${K8S_VERSION:-\(.*\)}$/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
         echo "etcd=$(sed -n 's/^ETCD_VERSION=\${ETCD_VERSION:-\([^}]*\)}.*/\1/p' "$ROOT/tests/lab/cluster/build.sh")"
     } >"$c/versions.txt"
     kit_check_parts "$ROOT" "$KIT" a b c
+    [[ ! -f $KIT/d/bin.tar.xz ]] || kit_check_parts "$ROOT" "$KIT" d
 }
 
-stage() {  # stage <a|b|c>: a part's binaries into .gpu-cluster/cache/bin (c: .gpu-cluster/cache/crio)
+stage() {  # stage <a|b|c|d>: a part's binaries into .gpu-cluster/cache/bin (c: .gpu-cluster/cache/crio, d: cache/dra)
     local part=$1 dest=$KIT/cache/bin
     [[ $part != c ]] || dest=$KIT/cache/crio
+    [[ $part != d ]] || dest=$KIT/cache/dra
     [[ -f $KIT/$part/bin.tar.xz ]] || die "$KIT/$part missing: carry .gpu-cluster/$part"
     mkdir -p "$dest"
     if [[ $(cat "$KIT/cache/$part.key" 2>/dev/null) == "$(cat "$KIT/$part/key")" ]]; then
@@ -168,6 +181,7 @@ run() {
     GPUC_DRIVER_BRANCH=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1 | cut -d. -f1)
     export GPUC_DRIVER_BRANCH
     if [[ -f $KIT/cache/c.key ]]; then export GPUC_CRIO_BIN=$KIT/cache/crio; else unset GPUC_CRIO_BIN; fi
+    if [[ -f $KIT/cache/d.key ]]; then export GPUC_DRA_BIN=$KIT/cache/dra; else unset GPUC_DRA_BIN; fi
     if ! command -v curl >/dev/null; then  # up.sh asks the API server and etcd with curl
         mkdir -p "$KIT/shim"; ln -sfn "$HERE/cluster/curl.py" "$KIT/shim/curl"; chmod 755 "$HERE/cluster/curl.py"
         export PATH=$KIT/shim:$PATH; log "no curl here: tests/lab/gpu/cluster/curl.py in its place"
@@ -197,9 +211,9 @@ run() {
 
 case ${1:-} in
     pack) pack ;;
-    # the parts carried by this call (a, c): each staged once per machine
-    stage) n=0; for p in a c; do [[ ! -f $KIT/$p/bin.tar.xz ]] || { stage "$p"; n=$((n + 1)); }; done
-           ((n)) || die "nothing to stage: carry .gpu-cluster/a (and, for the CRI-O step, .gpu-cluster/c)" ;;
+    # the parts carried by this call (a, c, d): each staged once per machine
+    stage) n=0; for p in a c d; do [[ ! -f $KIT/$p/bin.tar.xz ]] || { stage "$p"; n=$((n + 1)); }; done
+           ((n)) || die "nothing to stage: carry .gpu-cluster/a (and, for the CRI-O step, .gpu-cluster/c; DRA: d)" ;;
     run) run ;;
     *) die "usage: $0 pack | stage | run" ;;
 esac

@@ -68,6 +68,8 @@ UNINSTALL_S = 130
 # uninstall), e.g. two run calls on one loan, each within the call's 10 minutes; without the uninstall (a loan
 # with little device time left) the teardown still stops every daemon and compares the GPU's settings
 SKIP = set(filter(None, os.environ.get("GPUC_SKIP", "").split(",")))
+# steps run only when asked (GPUC_ONLY, comma-separated): dra (the node moved to the DRA driver, part d of the kit)
+ONLY = set(filter(None, os.environ.get("GPUC_ONLY", "").split(",")))
 if "uninstall" in SKIP:
     UNINSTALL_S = 20
 CHECKS = []
@@ -449,6 +451,9 @@ def main():
 
     if wanted("driver-upgrade", 90):
         driver_upgrade()
+
+    if "dra" in ONLY and wanted("dra", 240):
+        dra_step(lane_vars, uuid)
     return uninstall(labels_before, containerd_before)
 
 
@@ -909,8 +914,162 @@ def uninstall(labels_before, containerd_before):
     return finish()
 
 
+DRA_ROOT = "/run/gpuops-lane/driver-root"
+DRA_BINDS = (("usr/lib64", "/usr/local/nvidia/lib64"), ("usr/bin", "/usr/local/nvidia/bin"))
+
+
+def quantity_mib(q):
+    """A Kubernetes quantity (memory: 81559Mi, 80Gi, 85520809984) -> MiB (float)."""
+    units = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+    m = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", str(q))
+    return float(m.group(1)) * units.get(m.group(2), 1) / 2 ** 20 if m else None
+
+
+def claim_pod(name, claim, command, template=False):
+    """A pod of the CUDA image asking for a GPU through ``claim`` (a ResourceClaim's name, or a template's)."""
+    ref = {"resourceClaimTemplateName" if template else "resourceClaimName": claim}
+    core.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+        "restartPolicy": "Never", "resourceClaims": [dict(name="gpu", **ref)],
+        "containers": [{"name": "cuda", "image": CUDA_IMAGE, "command": ["sh", "-c", command],
+                        "resources": {"claims": [{"name": "gpu"}]}}]}})
+
+
+def gpu_claim(name, cel=None, sharing=None):
+    req = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    if cel:
+        req["exactly"]["selectors"] = [{"cel": {"expression": cel}}]
+    spec = {"devices": {"requests": [req]}}
+    if sharing:
+        spec["devices"]["config"] = [{"requests": ["gpu"], "opaque": {"driver": "gpu.nvidia.com", "parameters": {
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "GpuConfig", "sharing": sharing}}}]
+    custom.create_namespaced_custom_object("resource.k8s.io", "v1", "default", "resourceclaims",
+                                           {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                                            "metadata": {"name": name}, "spec": spec})
+
+
+def dra_step(lane_vars, uuid):
+    """The node moved to NVIDIA's DRA driver (issue 32): the dra_driver role with gpuops_gpu_allocation dra, its
+    gpu-kubelet-plugin built from the driver's source (part d), the device plugin gone from the node; the node's
+    ResourceSlice against gpu_facts; a claim by CEL running the CUDA check; one no device satisfies left pending with
+    the scheduler's reason; two pods sharing one claim with time-slicing; the doctor quiet; then back to the device
+    plugin.  This machine's driver lives under /usr/local/nvidia, where NVIDIA's plugin does not look (it looks
+    under <driver root>/usr/lib64 and /usr/bin): the lane binds those two directories into a driver root of its
+    own and gives it as dra_driver_driver_root, as a user would for such a layout."""
+    part_d = os.environ.get("GPUC_DRA_BIN", "")
+    plugin = os.path.join(part_d, "gpu-kubelet-plugin")
+    files = os.path.join(part_d, "dra-driver-files")
+    if not (part_d and os.path.exists(plugin) and os.path.exists(os.path.join(part_d, "bash"))):
+        check("dra-not-run", False, "no gpu-kubelet-plugin or bash in the staged part d (%s): build the kit with "
+              "DRA_DRIVER_GIT and carry .gpu-cluster/d in a stage call" % (part_d or "not staged"))
+        return
+    version = pinned("dra_driver")
+    ok = step_image("dra_driver", "%s/nvidia/dra-driver-nvidia-gpu:%s" % (lane_vars["gpuops_registry"], version),
+                    version, "NVIDIA's gpu-kubelet-plugin", kit_versions().get("dra-driver"),
+                    "--bin", plugin, "--bin", os.path.join(part_d, "bash"), "--bin", "/usr/bin/nvidia-cdi-hook",
+                    "--bin", os.path.join(files, "kubelet-plugin-prestart.sh"))
+    if not ok:
+        return
+    # what ran: the source the kit built (the snapshot holds no v0.5.0 tag yet), under the pinned image name
+    STATE["components"]["dra_driver"] = (kit_versions().get("dra-driver") or version).split("@")[0].replace("dra-driver-", "")
+    for sub, src in DRA_BINDS:
+        os.makedirs(os.path.join(DRA_ROOT, sub), exist_ok=True)
+        sh(["mount", "--bind", src, os.path.join(DRA_ROOT, sub)])
+    STATE["dra_root"] = True
+    # the role stays among the components (its removal with the uninstall); the node allocates by DRA while dra is given
+    add_component(lane_vars, "dra_driver", dra_driver_driver_root=DRA_ROOT,
+                  dra_driver_feature_gates={"TimeSlicingSettings": True})
+    dra = ["-e", "gpuops_gpu_allocation=dra"]
+    rc, out, changed = playbook("dra-cluster", "cluster.yml", *dra)
+    check("dra-role", rc == 0, "cluster.yml with gpuops_gpu_allocation dra: rc=%d changed=%d; %s" % (
+        rc, changed, " | ".join(line.strip() for line in out.splitlines() if "fatal" in line or "FAILED" in line)[:600]))
+
+    def my_slices():
+        items = custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")["items"]
+        return [s for s in items if s["spec"].get("nodeName") == NODE and s["spec"].get("driver") == "gpu.nvidia.com"
+                and s["spec"].get("devices")]
+    slices = wait("the node's ResourceSlice", my_slices, 120, 2) or []
+    json.dump(slices, open(os.path.join(OUT, "dra-resourceslices.json"), "w"), indent=1)
+    pods = core.list_namespaced_pod(NS, field_selector="spec.nodeName=" + NODE).items
+    json.dump({p.metadata.name: pod_logs(p) for p in pods if (p.metadata.labels or {}).get("app") ==
+               "nvidia-dra-driver-kubelet-plugin"}, open(os.path.join(OUT, "dra-plugin-logs.json"), "w"), indent=1)
+    dp_here = [p.metadata.name for p in pods if (p.metadata.labels or {}).get("app") == "nvidia-device-plugin-daemonset"]
+    gone = wait("the device plugin gone", lambda: not [p for p in core.list_namespaced_pod(
+        NS, field_selector="spec.nodeName=" + NODE, label_selector="app=nvidia-device-plugin-daemonset").items], 60)
+    check("dra-no-device-plugin", bool(gone), "device plugin pods on the DRA node: %s; allocatable nvidia.com/gpu %s"
+          % (dp_here, allocatable_gpu()))
+    # the GPU as gpu_facts reports it (the module's code, on this node) against the slice's device
+    sys.path.insert(0, os.path.join(KIT, "collections"))
+    from ansible_collections.gpuops.nvidia.plugins.module_utils import _gpu_facts
+    facts, _w = _gpu_facts.gather("/")
+    gpu = next((d for d in facts.get("devices") or [] if d.get("uuid") == uuid), {})
+    dev = next((d for s in slices for d in s["spec"]["devices"]
+                if (d.get("attributes") or {}).get("uuid", {}).get("string") == uuid), None)
+    attrs = {k: next(iter(v.values())) for k, v in ((dev or {}).get("attributes") or {}).items()}
+    mem = quantity_mib(((dev or {}).get("capacity") or {}).get("memory", {}).get("value"))
+    want = {"uuid": uuid, "productName": gpu.get("product"), "cudaComputeCapability": "%s.0" % gpu.get("compute_capability"),
+            "resource.kubernetes.io/pciBusID": (gpu.get("bdf") or "").lower(),
+            "driverVersion": (facts.get("driver") or {}).get("version")}
+    diff = {k: (v, attrs.get(k)) for k, v in want.items() if attrs.get(k) != v}
+    if mem is None or abs(mem - (gpu.get("memory_mib") or 0)) > 1:
+        diff["memory"] = (gpu.get("memory_mib"), mem)
+    family = (node().metadata.labels or {}).get("nvidia.com/gpu.family", "")
+    if str(attrs.get("architecture", "")).lower() != family.lower():
+        diff["architecture"] = (family, attrs.get("architecture"))
+    check("dra-slice-equals-gpu-facts", dev is not None and not diff,
+          "device %s of %d slice(s): %s; differences (gpu_facts, slice): %s" % (
+              dev and dev.get("name"), len(slices), json.dumps(attrs, sort_keys=True)[:500], diff))
+    # a claim by CEL: at least 60 GiB of memory (every GPU lent here has 80 GiB or more)
+    gpu_claim("big-memory", "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('60Gi')) >= 0")
+    claim_pod("dra-cuda", "big-memory", "nvidia-smi -L; python3 /check/_cuda.py && echo CUDA-CHECK-OK")
+    done = wait("the claim's pod", lambda: pod_phase("dra-cuda") in ("Succeeded", "Failed"), 120, 2)
+    log = api_log("dra-cuda")
+    open(os.path.join(OUT, "dra-cuda.log"), "w").write(log)
+    check("dra-claim-cuda-check", done and pod_phase("dra-cuda") == "Succeeded" and "CUDA-CHECK-OK" in log and uuid in log,
+          "pod dra-cuda (claim big-memory: memory >= 60Gi by CEL) %s; %s" % (
+              pod_phase("dra-cuda"), " | ".join(log.strip().splitlines()[-3:])[:400]))
+    core.delete_namespaced_pod("dra-cuda", "default")
+    wait("dra-cuda gone", lambda: pod_phase("dra-cuda") is None, 60)
+    # a claim no device satisfies
+    gpu_claim("too-big", "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('4Ti')) >= 0")
+    claim_pod("dra-pending", "too-big", "true")
+
+    def unschedulable():
+        for c in core.read_namespaced_pod("dra-pending", "default").status.conditions or []:
+            if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable":
+                return c.message
+        return None
+    msg = wait("the impossible claim reported", unschedulable, 60, 2)
+    check("dra-claim-pending-with-reason", bool(msg) and "cannot allocate all claims" in (msg or ""), str(msg)[:300])
+    # two pods, one claim, time-slicing
+    gpu_claim("shared", sharing={"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}})
+    for name in ("dra-share-a", "dra-share-b"):
+        claim_pod(name, "shared", "python3 /check/_cuda.py && echo CUDA-CHECK-OK; sleep 20")
+    both = wait("both sharing pods", lambda: all(pod_phase(n) == "Succeeded" for n in ("dra-share-a", "dra-share-b")),
+                150, 2)
+    logs = {n: api_log(n) for n in ("dra-share-a", "dra-share-b")}
+    check("dra-two-pods-share-one-claim", bool(both) and all("CUDA-CHECK-OK" in t for t in logs.values()),
+          "%s; %s" % ({n: pod_phase(n) for n in logs}, {n: t.strip().splitlines()[-1:] for n, t in logs.items()}))
+    rc, out, _ = playbook("doctor-dra", "doctor.yml", *dra)
+    hits = [line.strip() for line in out.splitlines() if "] dra-" in line]
+    check("doctor-dra-quiet", rc == 0 and not hits, " | ".join(hits)[:400] or "no DRA finding")
+    for n in ("dra-pending", "dra-share-a", "dra-share-b"):
+        core.delete_namespaced_pod(n, "default")
+    for c in ("big-memory", "too-big", "shared"):
+        custom.delete_namespaced_custom_object("resource.k8s.io", "v1", "default", "resourceclaims", c)
+    # back to the device plugin
+    rc, out, changed = playbook("dra-back", "cluster.yml")
+    back = wait("allocatable back", lambda: allocatable_gpu() == "1", 120, 2)
+    check("dra-back-to-device-plugin", rc == 0 and back and not [
+        p for p in core.list_namespaced_pod(NS, field_selector="spec.nodeName=" + NODE,
+                                            label_selector="app=nvidia-dra-driver-kubelet-plugin").items],
+          "cluster.yml without gpuops_gpu_allocation: rc=%d; allocatable %s" % (rc, allocatable_gpu()))
+
+
 def finish():
     node_sh("stop")
+    if STATE.get("dra_root"):  # the DRA step's driver root: its bind mounts taken off
+        for sub, _src in reversed(DRA_BINDS):
+            sh(["umount", os.path.join(DRA_ROOT, sub)])
     bus = STATE.get("dbus")
     if bus is not None:  # the system bus the MIG manager step started: stopped, its socket removed
         bus.terminate()
