@@ -428,7 +428,7 @@ def test_bulk_info_reads_what_k8s_info_reads(tmp_path):
     same query, a named object not there is [], a kind not served is api_found false, fields and
     field_managers cut what comes back, bad queries are refused with every reason. The play gives the
     kubeconfig only as module_defaults for group/gpuops.nvidia.k8s (no K8S_AUTH_KUBECONFIG): make lab's
-    way, which a group default for kubernetes.core.k8s alone never reached (session 9's make lab failure)."""
+    way, which a group default for kubernetes.core.k8s alone never reached (a `make lab` failed so once)."""
     out = tmp_path / "reads.json"
     play = tmp_path / "play.yml"
     play.write_text(BULK_INFO_PLAY % {"kubeconfig": KUBECONFIG, "managed": MANAGED, "ns": NS, "out": out})

@@ -27,7 +27,7 @@ expect nvidia-device-plugin "${V_k8s_device_plugin}" --version
 expect gpu-feature-discovery "${V_k8s_device_plugin}" --version
 expect busybox "BusyBox" --help
 # output captured first: with pipefail, grep -q quitting at its first match leaves the writer to die of
-# SIGPIPE and the pipeline fails even though the flag is there (CI run of stop 21)
+# SIGPIPE and the pipeline fails even though the flag is there (seen in a CI run)
 gfd_help=$("$T/gpu-feature-discovery" --help 2>&1 || true)
 if grep -q -- '--output-file' <<<"$gfd_help"; then ok "gpu-feature-discovery keeps --output-file"; else bad "gpu-feature-discovery lost --output-file"; fi
 pause_file=$(file "$T/pause" 2>/dev/null || true)
