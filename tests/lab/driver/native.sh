@@ -148,6 +148,10 @@ if log:
     print(int(os.stat(log[-1]).st_mtime) - int(start))
 PY
 )
+# the install runs in the background and its wait prints a line every driver_progress_interval (15) seconds
+progress=$(grep -c "RETRYING: .*Wait for the driver packages and, with DKMS, the build of its kernel module" "$OUT/1-install.log" || true)
+[ "${progress:-0}" -gt 0 ] || die "the install's wait printed no progress line (a ${install_s}-s install): see $OUT/1-install.log"
+log "the install's wait printed $progress progress line(s)"
 ccache_stats="$(chroot "$ROOT" ccache -s 2>/dev/null | tr -s ' ' | grep -E '^ *(Hits|Misses)' | tr '\n' ';')"
 log "run 2: the same again must change nothing"
 again_s=$(play 2-again -e driver_lab_phase=present)

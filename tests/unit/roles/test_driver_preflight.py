@@ -30,3 +30,12 @@ def test_container_nodes_pass_preflight_and_absent_is_allowed_on_vm_nodes(tmp_pa
     res = play(tmp_path, "driver", ["preflight"], {"gpu_workload": "vm-passthrough", "driver_state": "absent",
                                                    "driver_root": roots["h200"]})
     assert res.returncode == 0, res.stdout[-3000:]
+
+
+@pytest.mark.parametrize("bad", [{"driver_install_timeout": 0}, {"driver_progress_interval": "15; reboot"},
+                                 {"driver_install_timeout": 10, "driver_progress_interval": 20}])
+def test_install_wait_bounds_are_checked_before_the_plan(tmp_path, roots, bad):
+    res = play(tmp_path, "driver", ["preflight"], dict({"gpu_workload": "container", "driver_root": roots["h200"]}, **bad))
+    assert res.returncode != 0
+    assert "driver_install_timeout and driver_progress_interval must be whole seconds above 0" in res.stdout
+    assert "Plan the driver" not in res.stdout
