@@ -71,8 +71,8 @@ EXAMPLES = {
         _common_app: nvidia-device-plugin
 """,
     "mps_control": """\
-- name: CUDA MPS control daemon on the GPU hosts
-  hosts: gpu_nodes
+- name: CUDA MPS control daemon on the container GPU hosts
+  hosts: gpu_container
   become: true
   roles:
     - role: gpuops.nvidia.mps_control
@@ -94,7 +94,7 @@ EXAMPLES = {
 """,
     "container_toolkit": """\
 - name: NVIDIA container toolkit on container GPU nodes
-  hosts: gpu_nodes
+  hosts: gpu_container
   become: true
   roles:
     - role: gpuops.nvidia.container_toolkit
@@ -126,8 +126,8 @@ EXAMPLES = {
         doctor_fail_on_error: true
 """,
     "driver": """\
-- name: NVIDIA driver, then the coalesced reboot
-  hosts: gpu_nodes
+- name: NVIDIA driver on container GPU nodes, then the coalesced reboot
+  hosts: gpu_container
   become: true
   roles:
     - role: gpuops.nvidia.driver
@@ -137,7 +137,7 @@ EXAMPLES = {
     - role: gpuops.nvidia.reboot
 
 - name: Read-only audit of the driver (entry point plan)
-  hosts: gpu_nodes
+  hosts: gpu_container
   tasks:
     - name: Would the driver change?
       ansible.builtin.include_role:
