@@ -11,7 +11,7 @@ from __future__ import annotations
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _host, _labels, _nvml, _pci, _pci_ids
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import InputError
 
-SUBSETS = ("pci", "iommu", "kernel", "driver", "nvml")
+SUBSETS = ("pci", "iommu", "kernel", "driver", "runtime", "nvml")
 
 
 class SubsetError(InputError):
@@ -113,6 +113,9 @@ def gather(root="/", subsets=SUBSETS, nvml_lib=None, load_nvml=_nvml.load, gfd_c
         driver = _host.read_driver(root, kernel, warnings)
         facts["driver"] = driver
         facts["secure_boot"] = _host.read_secure_boot(root, warnings)
+
+    if "runtime" in subsets:
+        facts["container_runtimes"] = _host.read_container_runtimes(root)
 
     nvml = None
     if "nvml" in subsets:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import (
     ATTR_LIMIT,
@@ -185,6 +186,36 @@ def read_secure_boot(root="/", warnings=None):
             warnings.append(str(exc))
         return False
     return len(data) >= 5 and data[4] == 1
+
+
+# Container runtimes as the report and the doctor name them: (name, daemon binaries, API sockets), paths under root.
+CONTAINER_RUNTIMES = (
+    ("containerd", ("usr/bin/containerd", "usr/local/bin/containerd"), ("run/containerd/containerd.sock",)),
+    ("crio", ("usr/bin/crio", "usr/local/bin/crio"), ("run/crio/crio.sock", "var/run/crio/crio.sock")),
+    ("docker", ("usr/bin/dockerd", "usr/local/bin/dockerd"), ("run/docker.sock", "var/run/docker.sock")),
+)
+
+
+def _socket_at(path):
+    """True when ``path`` is a Unix socket (lstat: a link or any other file is not one; nothing is opened)."""
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def read_container_runtimes(root="/"):
+    """The container runtimes found on the host, as found, not as configured: for each of containerd, CRI-O and
+    Docker whose daemon binary or API socket is there, ``{name, binary, socket, running}`` (``binary``/``socket``
+    the host path found or None; ``running``: its socket is a live Unix socket). Only file types are looked at;
+    nothing is opened or run."""
+    out = []
+    for name, binaries, sockets in CONTAINER_RUNTIMES:
+        binary = next(("/" + b for b in binaries if os.path.isfile(sysfs_path(root, b))), None)
+        sock = next(("/" + s for s in sockets if _socket_at(sysfs_path(root, s))), None)
+        if binary or sock:
+            out.append({"name": name, "binary": binary, "socket": sock, "running": sock is not None})
+    return out
 
 
 def read_os_release(root="/", warnings=None):

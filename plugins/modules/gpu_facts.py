@@ -26,7 +26,8 @@ options:
       - Which groups of facts to gather.
       - V(pci) lists NVIDIA functions; V(iommu) adds IOMMU state and group viability
         (and implies reading PCI); V(kernel) the running kernel; V(driver) the NVIDIA
-        driver and Secure Boot; V(nvml) asks NVML; V(all) is all of them.
+        driver and Secure Boot; V(runtime) the container runtimes found on the host; V(nvml) asks NVML;
+        V(all) is all of them.
       - O(gather_subset) values that are not listed are refused before anything is read.
     type: list
     elements: str
@@ -188,6 +189,15 @@ ansible_facts:
           description: Secure Boot state; null when the host did not boot through UEFI.
           type: bool
           returned: when O(gather_subset) has V(driver)
+        container_runtimes:
+          description:
+            - The container runtimes found on the host (containerd, CRI-O as C(crio), Docker), not the ones an
+              inventory names; one entry for each whose daemon binary or API socket is there.
+            - C(name), C(binary) and C(socket) (the path found, or null), C(running) (its API socket is a Unix socket).
+            - File types only are looked at; nothing is opened or run.
+          type: list
+          elements: dict
+          returned: when O(gather_subset) has V(runtime)
         nvml:
           description:
             - C(driver_version), C(nvml_version), C(cuda_driver_version), C(errors) and C(devices),

@@ -23,6 +23,8 @@ SHARED = {
     "gpuops_k8s_node_name", "gpuops_kubeconfig", "gpuops_k8s_namespace", "ansible_check_mode",
     # the cluster play's rollout mode and its one wait (docs/cluster-lane.md, playbooks/cluster.yml)
     "gpuops_cluster_rollout", "gpuops_cluster_wait_timeout", "gpuops_cluster_queue",
+    # seconds per slice of that wait, a line of output each (docs/cluster-lane.md)
+    "gpuops_progress_interval",
     # writes in flight for k8s_bulk_apply (docs/cluster-lane.md)
     "gpuops_k8s_concurrency",
 }

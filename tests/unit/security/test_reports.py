@@ -13,7 +13,9 @@ extra variables, which Ansible trusts as templates - Jinja on the controller.
 The real templates are rendered the way the role renders them (the template lookup) and the output is
 parsed: every Markdown table row has as many cell delimiters as its header, nothing but the report's own
 lines exist, the Markdown renders (markdown-it, GitHub's table rules) to no element of the data's making;
-the HTML parses to the report's own elements only, with each value as text.  The merge playbook runs under
+the HTML parses to the report's own elements only, with each value as text; its inline SVG charts parse as
+XML to the charts' own elements and attributes only, every value a text node; the console text keeps each
+host on one line.  The merge playbook runs under
 ansible-playbook with the parts in an extra-vars file, as AWX passes them."""
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import os
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 from ansible.template import trust_as_template
@@ -50,14 +53,20 @@ HOSTILE = [
     "*bold* _em_ ~~gone~~ # hash",
     "&lt;entity&gt; &amp;",
     "tab\there\x00nul\x1b[31mesc\u2028ls\x85nel",
+    "{% if true %}jinja{% endif %} {%- raw %}{{ x }}{% endraw %} {# note #}",
+    "quote\" apos' ]]> <![CDATA[x]]> <!-- c -->",
 ]
+RUN = {"time": "2026-12-07T21:30:00Z", "inventory": ["inventories/example/hosts.yml", HOSTILE[0]], "limit": HOSTILE[4],
+       "core": "2.19.14"}
 
 
 def hostile_row(i, text):
     return {
         "host": "h%02d-%s" % (i, text), "node": text, "workload": text, "gpus": text, "product": text,
         "driver": text, "module": text, "iommu": True, "iommu_vendor": text, "vfio": text, "secure_boot": None,
-        "runtime": text, "allocation": text, "labels": text, "label_names": [text, "nvidia.com/gpu.product"], "reboot_pending": True,
+        "runtime": text, "runtime_setting": text, "allocation": text, "labels": text,
+        "label_names": [text, "nvidia.com/gpu.product"], "label_values": {text: text, "nvidia.com/gpu.product": text},
+        "reboot_pending": True,
         "reboot_reasons": [text], "validated": False, "ready": False, "reasons": [text, "x"],
         "stages": {"discovery": text, text: "ok"},
         "problems": [{"id": text, "severity": "error", "summary": text, "remediation": text}],
@@ -70,9 +79,9 @@ STAGES = [{"stage": t, "pattern": t, "hosts": [t, "h1"], "ran_on_no_host": False
     {"stage": "vfio", "pattern": "vm_passthrough", "hosts": ["gpu-p01.example.net"], "ran_on_no_host": False, "note": ""}]
 
 
-def render(template, rows=ROWS, stages=STAGES):
+def render(template, rows=ROWS, stages=STAGES, run=RUN):
     """The template as publish.yml renders it: the template lookup, found through the role's path."""
-    templar = ROLE.templar(report_rows=rows, report_stages=stages, ansible_search_path=[ROLE.path])
+    templar = ROLE.templar(report_rows=rows, report_stages=stages, _report_run=run, ansible_search_path=[ROLE.path])
     return str(templar.template(trust_as_template("{{ lookup('ansible.builtin.template', '%s') }}" % template)))
 
 
@@ -96,7 +105,8 @@ def _cells(line):
 def markdown_problems(md):
     """Lines the template did not make, and table rows whose cell count differs from their table's header."""
     problems, header = [], None
-    own = re.compile(r"(# GPU fleet readiness|## .+|\d+ of \d+ hosts ready\.|No problems found\.|\|.*\||)")
+    own = re.compile(r"(# GPU fleet readiness|## .+|\d+ of \d+ hosts ready; cluster validation: \d+ yes, \d+ no, \d+ not run\."
+                     r"|No problems found\.|\|.*\||)")
     for n, line in enumerate(md.split("\n"), 1):
         if not own.fullmatch(line):
             problems.append("line %d is not the report's own: %r" % (n, line))
@@ -108,7 +118,7 @@ def markdown_problems(md):
         else:
             header = None
     # outside code spans (the report shows a plain stage pattern as one) and the report's own bold "no"
-    outside = _outside_code_spans(md).replace("**no**", "").replace("**no host**", "")
+    outside = re.sub(r"\*\*no \(validated: (yes|no|not run)\)\*\*", "", _outside_code_spans(md)).replace("**no host**", "")
     for ch in "<>`[]*~":
         bare = [m.start() for m in re.finditer(re.escape(ch), outside) if not _escaped(outside, m.start())]
         if bare:
@@ -160,14 +170,32 @@ def elements(text):
 
 # -- readiness.md ----------------------------------------------------------------------------------
 
+def table(md, header):
+    """The body lines of the Markdown table whose header line starts with ``header``."""
+    lines = md.split("\n")
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    body = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        body.append(line)
+    return body
+
+
 def test_markdown_report_keeps_every_row_whole():
     md = render("report.md.j2")
     assert not markdown_problems(md), "\n".join(markdown_problems(md))
     assert md.count("\n## ") == len(ROWS)
-    # the table of the fleet: one line per host, each with the header's 11 cells (13 pieces around its pipes)
-    fleet = [line for line in md.split("\n") if line.startswith("| h")]
-    assert len(fleet) == len(ROWS) and all(len(_cells(x)) == 13 for x in fleet)
+    # the table of the fleet: one line per host, each with the header's 10 cells (12 pieces around its pipes)
+    fleet = table(md, "| Host | Workload |")
+    assert len(fleet) == len(ROWS) and all(len(_cells(x)) == 12 for x in fleet)
+    # which stage ran on which host: a line per host, a cell per stage
+    matrix = table(md, "| Host | %s |" % _report.markdown_cell(STAGES[0]["stage"]))
+    assert len(matrix) == len(ROWS) and all(len(_cells(x)) == len(STAGES) + 3 for x in matrix)
     assert "| vfio | `vm_passthrough` | gpu-p01.example.net |" in md  # a plain pattern is still a code span
+    # every label with its value, a line each
+    labels = [line for line in md.split("\n") if line.startswith("| nvidia.com/gpu.product |")]
+    assert len(labels) == len(ROWS) and all(len(_cells(x)) == 4 for x in labels)
 
 
 def test_markdown_report_renders_to_text_only():
@@ -182,7 +210,14 @@ def test_markdown_report_renders_to_text_only():
 
 # -- readiness.html --------------------------------------------------------------------------------
 
-OWN_HTML = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "table", "tr", "th", "td", "a"}
+OWN_HTML = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "table", "tr", "th", "td", "a", "code", "time",
+            "div", "figure", "figcaption", "details", "summary"} | {"svg", "g", "rect", "text"}
+# attributes beyond id and class, and what their values may be
+OWN_ATTRS = {"time": {"datetime": r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"},
+             "svg": {"xmlns": r"http://www\.w3\.org/2000/svg", "width": r"\d+", "height": r"\d+", "viewbox": r"0 0 \d+ \d+",
+                     "role": "img", "font-family": "sans-serif", "font-size": r"\d+"},
+             "rect": {"x": r"[\d.]+", "y": r"[\d.]+", "width": r"[\d.]+", "height": r"\d+", "fill": r"#[0-9a-f]{6}"},
+             "text": {"x": r"[\d.]+", "y": r"[\d.]+", "fill": r"#[0-9a-f]{6}", "font-weight": "bold"}}
 
 
 def html_problems(page, rows):
@@ -191,8 +226,9 @@ def html_problems(page, rows):
     links = [a for tag, a in found.attrs if tag == "a"]
     if len(links) != len(rows) or any(set(a) != {"href"} or not re.fullmatch("#host-[0-9]+", a["href"]) for a in links):
         problems.append("links: %s" % links)
-    problems += ["attributes %s on <%s>" % (a, tag) for tag, a in found.attrs
-                 if tag not in ("a", "meta", "html") and set(a) - {"id", "class"}]
+    problems += ["attributes %s on <%s>" % (a, tag) for tag, a in found.attrs if tag not in ("a", "meta", "html")
+                 and any(k not in ("id", "class") and not re.fullmatch(OWN_ATTRS.get(tag, {}).get(k, "(?!)"), v or "")
+                         for k, v in a.items())]
     text = _spaced("".join(found.text))
     problems += ["%r not shown as text" % t for t in HOSTILE if _spaced(t) not in text]
     return problems
@@ -205,14 +241,72 @@ def _spaced(text):
 def test_html_report_shows_every_value_as_text():
     page = render("report.html.j2")
     assert not html_problems(page, ROWS), "\n".join(html_problems(page, ROWS))
+    # the run's details are values too: inventory sources and the limit come from the command line
+    assert "<tr><th>Limit</th><td>{{ 6 * 7 }}</td></tr>" in page
+    assert "<tr><th>Inventory</th><td>inventories/example/hosts.yml, &lt;script&gt;alert(1)&lt;/script&gt;</td></tr>" in page
+
+
+SVG = "{http://www.w3.org/2000/svg}"
+SVG_TAGS = {"svg", "title", "g", "rect", "text"}
+
+
+def chart_problems(page):
+    """Each inline <svg> of the page parsed as XML (which it must be): only the charts' own elements, attributes
+    of fixed names with numbers and fixed words, and text nodes; returns (problems, the text of every title)."""
+    problems, titles = [], []
+    charts = re.findall(r"<svg\b.*?</svg>", page, re.S)
+    if len(charts) != 3:
+        problems.append("%d charts" % len(charts))
+    for svg in charts:
+        try:
+            root = ET.fromstring(svg)
+        except ET.ParseError as e:
+            problems.append("a chart is not well-formed XML: %s" % e)
+            continue
+        for el in root.iter():
+            tag = el.tag.replace(SVG, "")
+            if tag not in SVG_TAGS:
+                problems.append("element <%s> in a chart" % tag)
+            allowed = dict(OWN_ATTRS.get(tag, {}), **{"class": "chart"} if tag == "svg" else {})
+            allowed = {k.replace("viewbox", "viewBox"): v for k, v in allowed.items()}
+            for k, v in el.attrib.items():
+                if not re.fullmatch(allowed.get(k, "(?!)"), v):
+                    problems.append("attribute %s=%r on <%s>" % (k, v, tag))
+            if tag == "title":
+                titles.append(el.text or "")
+    return problems, titles
+
+
+@pytest.mark.parametrize("part", [slice(0, 8), slice(8, None)])
+def test_html_charts_are_svg_with_values_as_text(part):
+    rows = ROWS[part]  # a chart has 12 bars at most: the corpus in two reports
+    page = render("report.html.j2", rows=rows)
+    problems, titles = chart_problems(page)
+    assert not problems, "\n".join(problems)
+    shown = _spaced(" ".join(titles))
+    for t in HOSTILE[part]:  # the workload kind, the problem and the driver version of each row, whole, in a tooltip
+        assert shown.count(_spaced(t).strip()) >= 3, t
+
+
+def test_console_report_keeps_each_host_on_one_line():
+    text = render("report.txt.j2")
+    lines = text.split("\n")
+    hosts = [line for line in lines if line.startswith("h") and re.match(r"h\d\d-", line)]
+    assert len(hosts) == len(ROWS), "\n".join(lines)
+    assert not [line for line in lines if line != line.rstrip()], "trailing spaces"
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]", text)
 
 
 def test_every_html_output_is_escaped():
-    """Every expression of the HTML template ends in `| e` (Ansible's templating has no autoescape)."""
+    """Every expression of the HTML template ends in `| e` (Ansible's templating has no autoescape), but the
+    charts: SVG markup that report_view builds, whose values are escaped there (test_html_charts_...)."""
     with open(os.path.join(ROLE.path, "templates", "report.html.j2")) as fh:
         src = fh.read()
+    charts = {"v.charts.workloads", "v.charts.problems", "v.charts.drivers"}
     bare = []
     for expr in re.findall(r"\{\{(.*?)\}\}", src, re.S):
+        if expr.strip() in charts:
+            continue
         m = re.fullmatch(r"(.*?)\s*\|\s*e", expr.strip(), re.S)
         if not m or re.search(r" if | or | and |~|\+", _top_level(m.group(1))):
             bare.append(expr.strip())
@@ -223,9 +317,7 @@ def test_every_markdown_output_is_escaped():
     """Every expression of the Markdown template ends in markdown_cell, but for counts and fixed words."""
     with open(os.path.join(ROLE.path, "templates", "report.md.j2")) as fh:
         src = fh.read()
-    fixed = {"report_rows | selectattr('ready') | list | length", "report_rows | length",
-             "'yes' if r.reboot_pending else 'no'", "'-' if r.validated is none else ('yes' if r.validated else 'no')",
-             "'yes' if r.ready else '**no**'",
+    fixed = {"'' if d.ready_ok else '**'",
              "'**no host**' if s.ran_on_no_host else ((s.hosts | map('gpuops.nvidia.markdown_cell') | join(', ')) ~ "
              "((' -- ' ~ (s.note | gpuops.nvidia.markdown_cell)) if s.note else ''))"}
     bare = []
