@@ -10,12 +10,18 @@
 #                      of test-galaxy (3 min 18 s warm, 6 min 30 s cold on 2 shared cores)
 #   make role-readmes  regenerate roles/*/README.md from meta/argument_specs.yml
 #   make changelog-lint
+#   make release       release galaxy.yml's version: tools/release.py check refuses (and nothing changes) when
+#                      that version is already in changelogs/changelog.yaml while fragments wait, is no newer
+#                      than the last release, is too small a step for the fragments, or there is nothing to
+#                      release; then antsibull-changelog lint, antsibull-changelog release (changelog.yaml,
+#                      CHANGELOG.rst, the fragments consumed), lint-changelog-yaml, tools/release.py verify, and
+#                      the tarball $(RELEASE_DIR)/gpuops-nvidia-<version>.tar.gz (CONTRIBUTING.md, "Releasing")
 # galaxy-importer runs without a container engine: tests/galaxy/galaxy-importer.cfg turns off its
 # ansible-test run (ansible-test runs in test-sanity) and keeps ansible-doc and ansible-lint on.
 
 GALAXY_IMPORTER_CONFIG := $(ROOT)/tests/galaxy/galaxy-importer.cfg
 
-.PHONY: test-galaxy test-units-galaxy role-readmes changelog-lint sanity-ignores
+.PHONY: test-galaxy test-units-galaxy role-readmes changelog-lint sanity-ignores release
 
 test-galaxy: build ## Galaxy: importer clean, tarball install + play, per-filter docs, role READMEs
 	$(BIN)/antsibull-changelog lint
@@ -47,6 +53,22 @@ role-readmes: $(VENV)/.stamp ## regenerate roles/*/README.md from meta/argument_
 
 changelog-lint: $(VENV)/.stamp ## antsibull-changelog lint of changelogs/fragments
 	$(BIN)/antsibull-changelog lint
+
+# The release tarball goes to a directory of its own, so that `make build` (build/, the test lanes' tarball of the
+# work tree) never overwrites what was released.  RELEASE_DATE=YYYY-MM-DD sets the changelog's date (default: today).
+RELEASE_DIR ?= build/release
+RELEASE_DATE ?=
+release: $(VENV)/.stamp ## release galaxy.yml's version: CHANGELOG.rst, fragments consumed, tarball in build/release
+	$(PY) tools/release.py check --version "$(VERSION)"
+	$(BIN)/antsibull-changelog lint
+	$(BIN)/antsibull-changelog release --version "$(VERSION)" $(if $(RELEASE_DATE),--date "$(RELEASE_DATE)")
+	$(BIN)/antsibull-changelog lint-changelog-yaml changelogs/changelog.yaml
+	$(PY) tools/release.py verify
+	mkdir -p $(RELEASE_DIR)
+	$(BIN)/ansible-galaxy collection build --force --output-path $(RELEASE_DIR) >/dev/null
+	@echo "released $(VERSION): CHANGELOG.rst, changelogs/changelog.yaml (fragments consumed), \
+	  $(RELEASE_DIR)/gpuops-nvidia-$(VERSION).tar.gz sha256 $$(sha256sum $(RELEASE_DIR)/gpuops-nvidia-$(VERSION).tar.gz | cut -d' ' -f1)"
+	@echo "next: review and commit the changelog, tag v$(VERSION), publish the tarball"
 
 # The sanity ignore files stay out of the Galaxy tarball (galaxy-importer warns about any): put them
 # next to the copy that ansible-test sanity runs in, after `install` has laid it down.
