@@ -33,6 +33,9 @@ description:
   - The spec is written whole. A symbolic link at O(path), or a file there that is not a CDI spec of kind
     C(nvidia.com/gpu) (this module's, or one C(nvidia-ctk cdi generate) wrote), is neither replaced nor removed;
     the module fails with a message and changes nothing.
+  - With O(root) other than C(/) the module works on the node tree under it, as the collection's other modules
+    with a O(root) option do (M(gpuops.nvidia.gpu_facts), M(gpuops.nvidia.vfio_pci), M(gpuops.nvidia.sriov_vfs));
+    the host is read there and the spec is written (or removed) there, at O(root)/O(path).
 author:
   - gpuops.nvidia contributors (@gpuops)
 extends_documentation_fragment:
@@ -48,7 +51,8 @@ attributes:
 options:
   path:
     description:
-      - Where to write the spec. C(.json) writes JSON, anything else YAML.
+      - Where to write the spec, as the host sees it (under O(root) when O(root) is not C(/)). C(.json) writes
+        JSON, anything else YAML.
       - Use C(/etc/cdi) for a static spec or C(/var/run/cdi) for one regenerated at boot.
     type: path
     default: /etc/cdi/nvidia.yaml
@@ -62,12 +66,19 @@ options:
     default: present
   root:
     description:
-      - Directory under which the host is read (C(/dev), C(/proc/driver/nvidia), library, binary and
-        firmware directories). Paths in the spec are written without this prefix.
+      - Path prefix under which the host is read (C(/dev), C(/proc/driver/nvidia), C(/sys/module), O(library_dirs),
+        O(bin_dirs), O(hook_path), firmware) and the spec at O(path) is written or removed -- a node tree captured
+        elsewhere, a test fixture, or the host's C(/) mounted into a container. Paths in the spec are written
+        without this prefix.
+      - NVML always talks to the running driver, not to a tree, so with O(root) other than C(/) GPUs are read
+        from C(/proc) (O(source=auto)) and O(source=nvml) is refused.
+      - Before 0.3.0 the spec was written at O(path) itself, outside O(root).
     type: path
     default: /
   source:
-    description: Where GPUs are enumerated from. C(auto) uses NVML when C(pynvml) imports, else C(/proc).
+    description:
+      - Where GPUs are enumerated from. C(auto) uses NVML when C(pynvml) imports and O(root) is C(/), else
+        C(/proc).
     type: str
     choices: [auto, nvml, proc]
     default: auto
@@ -130,7 +141,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 path:
-  description: The spec file.
+  description: The spec file written or removed (O(path) under O(root) when O(root) is not C(/)).
   returned: always
   type: str
   sample: /etc/cdi/nvidia.yaml
@@ -189,10 +200,12 @@ from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import Gpuop
 from ansible_collections.gpuops.nvidia.plugins.module_utils._cdi import build_spec, gpus_from_nvml, render
 from ansible_collections.gpuops.nvidia.plugins.module_utils._files import (
     ensure_file,
+    on_host,
     path_problem,
     remove_file,
     target_problem,
 )
+from ansible_collections.gpuops.nvidia.plugins.module_utils._pci import host_path
 
 try:
     import pynvml
@@ -245,17 +258,27 @@ def check_params(module):
     problems = [x for x in problems if x]
     if problems:
         module.fail_json(msg="; ".join(problems))
-    if p["state"] == "present" and not os.path.isdir(p["root"]):
-        module.fail_json(msg="root %s is not a directory" % p["root"])
+    if not os.path.isdir(p["root"]):
+        module.fail_json(msg="root %s is not a directory (the node tree the host is read and the spec written "
+                             "under); nothing was changed" % p["root"])
+    if p["state"] == "present" and p["source"] == "nvml" and not on_host(p["root"]):
+        module.fail_json(msg="source=nvml reads the running driver through NVML, not the node tree under root %s: "
+                             "use source=proc (or auto) with a root, or root=/ for NVML; nothing was changed"
+                             % p["root"])
     if p["state"] == "present" and p["hook_path"] is not None:
-        hook = os.path.join(p["root"], p["hook_path"].lstrip("/"))
+        hook = host_path(p["root"], p["hook_path"])
         if not os.path.isfile(hook):
             module.fail_json(msg="hook_path %s does not exist%s: every container created with this spec would fail "
                                  "to start; install nvidia-container-toolkit or leave hook_path out"
-                                 % (p["hook_path"], "" if p["root"] == "/" else " under root %s" % p["root"]))
-    problem = target_problem(p["path"])
+                                 % (p["hook_path"], "" if on_host(p["root"]) else " under root %s" % p["root"]))
+    problem = target_problem(spec_file(p))
     if problem:
         module.fail_json(msg="%s; path must name the spec file; nothing was changed" % problem)
+
+
+def spec_file(params):
+    """The file the spec is written to (or removed from): ``path`` under ``root``."""
+    return host_path(params["root"], params["path"])
 
 
 def _is_nvidia_gpu_spec(text):
@@ -270,14 +293,14 @@ def _write(module, fn, *args, **kwargs):
     try:
         return fn(module, *args, owned=_is_nvidia_gpu_spec, **kwargs)
     except OSError as e:
-        module.fail_json(msg="cannot write %s: %s" % (module.params["path"], e))
+        module.fail_json(msg="cannot write %s: %s" % (spec_file(module.params), e))
 
 
 def run(module):
     p = module.params
     check_params(module)
     if p["state"] == "absent":
-        return _write(module, remove_file, p["path"], backup=p["backup"])
+        return _write(module, remove_file, spec_file(p), backup=p["backup"])
     if not p["device_name_strategy"] and not p["all_device"]:
         module.fail_json(msg="device_name_strategy is empty and all_device is false: the spec would have no device")
     mode = _mode(module)
@@ -287,7 +310,7 @@ def run(module):
     gpus = None
     used = "proc"
     nvml_warnings = []
-    if source in ("auto", "nvml") and HAS_PYNVML and p["root"] in ("/", ""):
+    if source in ("auto", "nvml") and HAS_PYNVML and on_host(p["root"]):
         try:
             gpus = gpus_from_nvml(pynvml, p["root"], nvml_warnings)
             used = "nvml"
@@ -303,7 +326,7 @@ def run(module):
         fail(module, e)
     for w in nvml_warnings + info["warnings"]:
         module.warn(w)
-    result = _write(module, ensure_file, p["path"], render(spec, p["path"]), mode=mode, backup=p["backup"],
+    result = _write(module, ensure_file, spec_file(p), render(spec, p["path"]), mode=mode, backup=p["backup"],
                     enforce_mode=True)
     result.update(mode="%04o" % mode, cdi_version=spec["cdiVersion"], devices=info["device_names"], driver_version=info["driver_version"],
                   library_dir=info["library_dir"], hook=info["hook"], source=used, spec=spec)

@@ -108,7 +108,7 @@ VARIABLES = frozenset([
     "gpu_upgrade_drain_delete_emptydir_data", "gpu_upgrade_drain_force", "gpu_upgrade_drain_pod_selectors",
     "gpu_upgrade_drain_timeout", "gpu_upgrade_max_unavailable",
     "container_toolkit_cdi_enabled", "container_toolkit_configure_runtime", "container_toolkit_containerd_drop_in_path",
-    "container_toolkit_enable_cdi", "container_toolkit_install", "container_toolkit_runtime",
+    "container_toolkit_runtime_cdi_enabled", "container_toolkit_install", "container_toolkit_runtime",
     "container_toolkit_runtime_config_path", "container_toolkit_runtime_extra_args", "container_toolkit_runtime_mode",
     "container_toolkit_runtime_name", "container_toolkit_set_as_default", "container_toolkit_version",
     "runtime_class_handlers",
@@ -939,7 +939,7 @@ def _cdi(m):
     enabled = m.get("cdi.enabled")
     if enabled is not None:
         on = _bool(enabled, "cdi.enabled")
-        for var in ("container_toolkit_cdi_enabled", "container_toolkit_enable_cdi", "mig_manager_cdi_enabled"):
+        for var in ("container_toolkit_cdi_enabled", "container_toolkit_runtime_cdi_enabled", "mig_manager_cdi_enabled"):
             m.set(var, on, "cdi.enabled")
         if "container_toolkit_runtime_mode" not in m.vars:
             m.set("container_toolkit_runtime_mode", "cdi" if on else "legacy", "cdi.enabled")

@@ -508,7 +508,7 @@ class Cdi(Scenario):
         return self.p("host")
 
     def cfg(self):
-        return self.p("etc/cdi/nvidia.yaml")
+        return self.p("host/etc/cdi/nvidia.yaml")     # cdi_spec writes path under root (0.3.0)
 
     def build(self):
         r = self.host()
@@ -525,8 +525,8 @@ class Cdi(Scenario):
                                  "  containerEdits:\n    deviceNodes:\n    - path: /dev/nvidia0\n", mode=0o640)
 
     def args(self):
-        return {"path": self.cfg(), "root": self.host(), "source": "proc", "mode": "0644", "backup": True,
-                "library_dirs": [self.host() + "/usr/lib/x86_64-linux-gnu"], "bin_dirs": [self.host() + "/usr/bin"]}
+        return {"path": "/etc/cdi/nvidia.yaml", "root": self.host(), "source": "proc", "mode": "0644", "backup": True,
+                "library_dirs": ["/usr/lib/x86_64-linux-gnu"], "bin_dirs": ["/usr/bin"]}
 
     def files(self):
         return [self.cfg()]

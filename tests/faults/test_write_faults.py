@@ -69,7 +69,7 @@ TARGETS = [
     Target("container_runtime:state_dir", S.ContainerdV2Main, "var/lib/gpuops/container_runtime", kinds=_ALL_BUT_FILE),
     Target("container_runtime:backup_dir", S.ContainerdV2Main, "var/backups/gpuops",
            extra={"backup_dir": "{root}/var/backups/gpuops"}, kinds=_ALL_BUT_FILE),
-    Target("cdi-spec", S.Cdi, "etc/cdi"),
+    Target("cdi-spec", S.Cdi, "host/etc/cdi"),
     Target("kernel-cmdline-grub", S.Grub, "etc/default/grub.d"),
     Target("kernel-cmdline-systemd-boot", S.SystemdBoot, "etc/kernel"),
     Target("vfio-pci:state-dir", S.Vfio, "etc/gpuops", keep=["etc/gpuops/vfio-pci.json"]),

@@ -47,8 +47,9 @@ def test_reference_library_loads_the_spec(ansible, tmp_path, case):
     if not os.path.exists(VALIDATOR):
         pytest.fail("no %s: run `make runtime-cdivalidate`" % VALIDATOR)
     root = h200_like_root(tmp_path / "root", mig="mig" in case, hook="hooks" in case)
-    path = str(tmp_path / "cdi" / ("nvidia." + case.split(".")[1]))
-    args = {"path": path, "root": root, "library_dirs": ["/usr/local/nvidia/lib64"]}
+    name = "nvidia." + case.split(".")[1]
+    path = os.path.join(root, "etc", "cdi", name)       # cdi_spec writes path under root (0.3.0)
+    args = {"path": "/etc/cdi/" + name, "root": root, "library_dirs": ["/usr/local/nvidia/lib64"]}
     if "uuid-only" in case:
         args["device_name_strategy"] = ["uuid"]
     res = ansible.module("gpuops.nvidia.cdi_spec", args)

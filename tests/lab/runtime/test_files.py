@@ -83,17 +83,17 @@ def test_cdi_spec_on_synthetic_root(ansible, tmp_path):
     lib.mkdir(parents=True)
     (lib / "libcuda.so.580.159.04").write_text("ELF")
     os.symlink("libcuda.so.580.159.04", str(lib / "libcuda.so.1"))
-    path = str(tmp_path / "cdi" / "nvidia.yaml")
-    args = {"path": path, "root": str(root)}
+    path = str(root / "etc" / "cdi" / "nvidia.yaml")     # cdi_spec writes path under root (0.3.0)
+    args = {"path": "/etc/cdi/nvidia.yaml", "root": str(root)}
     res = ansible.module("gpuops.nvidia.cdi_spec", args)
-    assert res["changed"] and res["source"] == "proc" and res["cdi_version"] == "0.5.0", res
+    assert res["changed"] and res["source"] == "proc" and res["cdi_version"] == "0.5.0" and res["path"] == path, res
     spec = yaml.safe_load(open(path))
     assert [d["name"] for d in spec["devices"]] == ["0", "GPU-0b231366-65a0-0fb7-6602-4823e36b7ca8", "all"]
     assert not ansible.module("gpuops.nvidia.cdi_spec", args)["changed"]
     (tmp_path / "empty").mkdir()
-    res = ansible.module("gpuops.nvidia.cdi_spec", {"path": path, "root": str(tmp_path / "empty")})
+    res = ansible.module("gpuops.nvidia.cdi_spec", {"path": "/etc/cdi/nvidia.yaml", "root": str(tmp_path / "empty")})
     assert res.get("failed") and "no NVIDIA driver" in res["msg"]
-    res = ansible.module("gpuops.nvidia.cdi_spec", {"path": path, "root": str(tmp_path / "missing")})
+    res = ansible.module("gpuops.nvidia.cdi_spec", {"path": "/etc/cdi/nvidia.yaml", "root": str(tmp_path / "missing")})
     assert res.get("failed") and "not a directory" in res["msg"]
-    assert ansible.module("gpuops.nvidia.cdi_spec", {"path": path, "state": "absent"})["changed"]
+    assert ansible.module("gpuops.nvidia.cdi_spec", dict(args, state="absent"))["changed"]
     assert not os.path.exists(path)

@@ -346,21 +346,27 @@ def cdi_root(top, information=None):
 
 
 def spec(top, name="cdi/nvidia.yaml"):
-    return os.path.join(top, name)
+    """Where the spec at host path /etc/<name> is, under the node tree (cdi_spec writes path under root)."""
+    return os.path.join(top, "root", "etc", name)
+
+
+def host(name="cdi/nvidia.yaml"):
+    return "/etc/" + name
 
 
 CDI_CASES = {
-    "path is a directory": lambda top: {"path": os.makedirs(spec(top)) or spec(top)},
-    "path is a directory, absent": lambda top: {"path": os.makedirs(spec(top)) or spec(top), "state": "absent"},
+    "path is a directory": lambda top: {"path": os.makedirs(spec(top)) or host()},
+    "path is a directory, absent": lambda top: {"path": os.makedirs(spec(top)) or host(), "state": "absent"},
     "path is relative": lambda top: {"path": "nvidia.yaml"},
     "path is empty": lambda top: {"path": ""},
-    "path below a file": lambda top: {"path": write(spec(top, "cdi"), "x") and spec(top, "cdi/nvidia.yaml")},
-    "path below a file, absent": lambda top: {"path": write(spec(top, "cdi"), "x") and spec(top, "cdi/nvidia.yaml"),
+    "path below a file": lambda top: {"path": write(spec(top, "cdi"), "x") and host("cdi/nvidia.yaml")},
+    "path below a file, absent": lambda top: {"path": write(spec(top, "cdi"), "x") and host("cdi/nvidia.yaml"),
                                               "state": "absent"},
-    "existing spec not UTF-8": lambda top: {"path": write(spec(top), b"\xff\xfe\x00cdi")},
-    "existing spec not UTF-8, absent": lambda top: {"path": write(spec(top), b"\xff\xfe\x00cdi"), "state": "absent"},
+    "existing spec not UTF-8": lambda top: {"path": write(spec(top), b"\xff\xfe\x00cdi") and host()},
+    "existing spec not UTF-8, absent": lambda top: {"path": write(spec(top), b"\xff\xfe\x00cdi") and host(),
+                                                    "state": "absent"},
     "existing spec a FIFO": lambda top: {"path": os.makedirs(os.path.dirname(spec(top))) or os.mkfifo(spec(top))
-                                         or spec(top), "_ansible_check_mode": True},
+                                         or host(), "_ansible_check_mode": True},
     "relative root": lambda top: {"root": "relative/root"},
     "root does not exist": lambda top: {"root": os.path.join(top, "nope")},
     "GPU information unparsable": lambda top: {"root": cdi_root(top, "Device Minor: \t zero\n")},
@@ -377,7 +383,7 @@ CDI_CASES = {
 
 @pytest.mark.parametrize("case", sorted(CDI_CASES))
 def test_cdi_spec_refuses(case, capsys, top):
-    args = {"source": "proc", "path": spec(top)}
+    args = {"source": "proc", "path": host()}
     extra = CDI_CASES[case](top)
     if "root" not in extra:
         extra["root"] = cdi_root(top)

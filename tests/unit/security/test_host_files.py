@@ -522,22 +522,22 @@ def _cdi(capsys, **kw):
 def test_cdi_spec_symlink_to_another_file_is_refused(gpu_root, tmp_path, capsys, state):
     fstab = str(tmp_path / "etc/fstab")
     _put(fstab, FSTAB)
-    spec = str(tmp_path / "cdi/nvidia.yaml")
+    spec = gpu_root + "/etc/cdi/nvidia.yaml"          # path is under root (cdi_spec, 0.3.0)
     os.makedirs(os.path.dirname(spec))
     os.symlink(fstab, spec)
-    res = _cdi(capsys, root=gpu_root, path=spec, state=state)
+    res = _cdi(capsys, root=gpu_root, path="/etc/cdi/nvidia.yaml", state=state)
     assert res.get("failed") is True and "symbolic link" in res["msg"], res
     assert _read(fstab) == FSTAB and os.path.islink(spec)
 
 
 @pytest.mark.parametrize("state", ["present", "absent"])
 def test_cdi_spec_foreign_file_is_refused_and_a_cdi_spec_of_the_kind_replaced(gpu_root, tmp_path, capsys, state):
-    spec = str(tmp_path / "cdi/nvidia.yaml")
+    spec = gpu_root + "/etc/cdi/nvidia.yaml"          # path is under root (cdi_spec, 0.3.0)
     _put(spec, FSTAB)
-    res = _cdi(capsys, root=gpu_root, path=spec, state=state)
+    res = _cdi(capsys, root=gpu_root, path="/etc/cdi/nvidia.yaml", state=state)
     assert res.get("failed") is True and "not written by gpuops.nvidia" in res["msg"], res
     assert _read(spec) == FSTAB
     _put(spec, NVIDIA_CTK_SPEC)        # nvidia-ctk's spec of the same kind: this module replaces it
-    res = _cdi(capsys, root=gpu_root, path=spec, state=state)
+    res = _cdi(capsys, root=gpu_root, path="/etc/cdi/nvidia.yaml", state=state)
     assert res["changed"] and not res.get("failed"), res
     assert (state == "absent") != os.path.exists(spec)
