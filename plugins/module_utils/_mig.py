@@ -644,6 +644,62 @@ def _verify(lib, gpu, plan):
 
 
 # ---------------------------------------------------------------------------------------------
+# pynvml on the host: NVIDIA's nvidia-ml-py, for the module's Python and the boot-time apply's
+
+#: the PyPI distribution that provides ``import pynvml`` (NVIDIA's; the ``pynvml`` distribution is another project's)
+NVML_DISTRIBUTION = "nvidia-ml-py"
+#: the MIG calls ``run`` needs beyond device enumeration: bindings older than NVML's MIG API lack them (Ubuntu
+#: 22.04's python3-pynvml 7.352 does)
+NVML_MIG_CALLS = ("nvmlDeviceGetMigMode", "nvmlDeviceSetMigMode", "nvmlDeviceGetGpuInstanceProfileInfo",
+                  "nvmlDeviceGetGpuInstancePossiblePlacements", "nvmlDeviceCreateGpuInstanceWithPlacement",
+                  "nvmlDeviceGetGpuInstances", "nvmlGpuInstanceCreateComputeInstance", "nvmlGpuInstanceDestroy")
+
+
+def load_pynvml():
+    """(pynvml, None), or (None, why) when it cannot be imported."""
+    try:
+        import pynvml  # pylint: disable=import-outside-toplevel
+    except ImportError as exc:
+        return None, "%s: %s" % (type(exc).__name__, exc)
+    return pynvml, None
+
+
+def nvml_missing_calls(lib):
+    """The MIG calls of ``NVML_MIG_CALLS`` that ``lib`` does not have (bindings too old for MIG)."""
+    return [name for name in NVML_MIG_CALLS if not callable(getattr(lib, name, None))]
+
+
+def nvml_install_hint(python):
+    """How to give ``python`` a pynvml that can do MIG: the same words for the module, the role and the boot unit."""
+    return ("install NVIDIA's %(dist)s for %(py)s: `%(py)s -m pip install %(dist)s` (a Python the distribution "
+            "manages, Debian 12+/Ubuntu 23.04+, also needs --break-system-packages), or the distribution's "
+            "python3-pynvml (Debian 12+ contrib, Ubuntu 24.04+ multiverse; Ubuntu 22.04's 7.352 is too old for MIG; "
+            "RHEL has none); the gpuops.nvidia.mig_layout role does either with mig_layout_nvml_install=pip or "
+            "package" % {"dist": NVML_DISTRIBUTION, "py": python})
+
+
+def nvml_problem(lib, why, python):
+    """Why MIG layouts cannot be applied with ``lib`` (pynvml, or None and ``why``) in ``python``, or None."""
+    if lib is None:
+        return "pynvml is not importable by %s (%s): %s" % (python, why, nvml_install_hint(python))
+    missing = nvml_missing_calls(lib)
+    if missing:
+        version = getattr(lib, "__version__", None) or "of unknown version"
+        return ("the pynvml of %s (%s, %s) is too old for MIG, it has no %s: %s"
+                % (python, getattr(lib, "__file__", "?"), version, ", ".join(missing), nvml_install_hint(python)))
+    return None
+
+
+def nvml_check():
+    """``mig_apply.py --nvml-check``: one JSON line, whether this Python can apply MIG layouts (the mig_layout role
+    runs it with ``mig_layout_python`` before any change)."""
+    lib, why = load_pynvml()
+    problem = nvml_problem(lib, why, sys.executable)
+    return {"ok": problem is None, "msg": problem or "pynvml usable", "python": sys.executable,
+            "pynvml": getattr(lib, "__file__", None) if lib is not None else None}
+
+
+# ---------------------------------------------------------------------------------------------
 # boot-time re-apply: python3 mig_apply.py --config /etc/gpuops/mig/config.json --name NAME
 
 def _reset_with_nvidia_smi(gpu):  # pragma: no cover - needs a real GPU
@@ -654,18 +710,28 @@ def _reset_with_nvidia_smi(gpu):  # pragma: no cover - needs a real GPU
 
 def main(argv=None, lib=None):
     parser = argparse.ArgumentParser(description="Apply a mig-parted v1 MIG config through NVML (gpuops.nvidia).")
-    parser.add_argument("--config", required=True, help="the config file, JSON (mig-parted's v1 format)")
-    parser.add_argument("--name", required=True, help="the config to apply (a key of mig-configs)")
+    parser.add_argument("--config", help="the config file, JSON (mig-parted's v1 format)")
+    parser.add_argument("--name", help="the config to apply (a key of mig-configs)")
     parser.add_argument("--check", action="store_true", help="plan only, change nothing")
     parser.add_argument("--no-reset", action="store_true", help="never reset a GPU; report a pending mode change")
+    parser.add_argument("--nvml-check", action="store_true",
+                        help="only say (JSON) whether this Python has a pynvml that can apply MIG layouts")
     args = parser.parse_args(argv)
+    if args.nvml_check:
+        sys.stdout.write(json.dumps(nvml_check(), sort_keys=True) + "\n")
+        return 0
+    if not args.config or not args.name:
+        parser.error("--config and --name are required")
     try:
         data = read_node_file(args.config, CONFIG_LIMIT)    # a FIFO there never blocks the boot
         if data is None:
             raise FileNotFoundError("%s does not exist" % args.config)
         doc = json.loads(data.decode("utf-8"))
-        if lib is None:  # pragma: no cover - on a host
-            import pynvml as lib  # pylint: disable=import-outside-toplevel
+        if lib is None:
+            lib, why = load_pynvml()
+            problem = nvml_problem(lib, why, sys.executable)
+            if problem:
+                raise MigError([problem + "; nothing was changed"])
         result = run(lib, doc, args.name, check_mode=args.check,
                      reset=None if args.no_reset else _reset_with_nvidia_smi)
     except Exception as exc:  # pylint: disable=broad-except  # NVMLError, OSError, bad JSON: one line for the journal

@@ -32,7 +32,10 @@ description:
 author:
   - gpuops.nvidia contributors (@gpuops)
 requirements:
-  - C(pynvml) (the C(nvidia-ml-py) package) and the NVIDIA driver on the target.
+  - C(pynvml) from NVIDIA's C(nvidia-ml-py) (with NVML's MIG calls) for the Python that runs the module, and the NVIDIA
+    driver, on the target. Without it the module fails before any change with a message saying how to install it
+    (C(<python> -m pip install nvidia-ml-py), or the distribution's C(python3-pynvml) where it is recent enough);
+    the M(gpuops.nvidia.mig_layout) role can install it (C(mig_layout_nvml_install)).
 options:
   config:
     description:
@@ -126,16 +129,18 @@ errors:
   returned: failure
 """
 
+import sys
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpuops.nvidia.plugins.module_utils import _diff
 from ansible_collections.gpuops.nvidia.plugins.module_utils._errors import GpuopsError, VerifyError, fail
-from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig, _nvml
+from ansible_collections.gpuops.nvidia.plugins.module_utils import _mig
 
 
 def load_nvml():
-    """pynvml, or (None, why); unit tests replace this with the NVML simulator."""
-    return _nvml.load()
+    """(pynvml, None), or (None, why); unit tests replace this with the NVML simulator."""
+    return _mig.load_pynvml()
 
 
 def main():
@@ -156,8 +161,10 @@ def main():
         module.fail_json(msg="MIG config %r is not in the config (it has: %s)" % (params["name"], ", ".join(names)),
                          errors=["unknown config %r" % params["name"]])
     lib, why = load_nvml()
-    if lib is None:
-        module.fail_json(msg="cannot apply MIG layouts: %s (install nvidia-ml-py on the host)" % why)
+    problem = _mig.nvml_problem(lib, why, sys.executable)
+    if problem:
+        module.fail_json(msg="cannot apply MIG layouts, nothing changed: %s" % problem,
+                         errors=[problem], remediation=_mig.nvml_install_hint(sys.executable))
 
     def reset(gpu):
         smi = module.get_bin_path("nvidia-smi", opt_dirs=["/usr/local/nvidia/bin"])

@@ -411,3 +411,57 @@ def test_boot_entry_point(tmp_path, capsys):
     assert "not in the file" in json.loads(capsys.readouterr().out)["msg"]
     blocked = host({"table": "a100", "needs_reset": True, "reset_blocked": True})
     assert _mig.main(["--config", str(path), "--name", "all-enabled", "--no-reset"], lib=blocked) == 3
+
+
+# -- pynvml on the host (issue 33): the boot-time apply and the role's check say how to install it -----------------
+
+def test_boot_apply_without_pynvml_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(load_yaml("examples.yaml")))
+    monkeypatch.setitem(sys.modules, "pynvml", None)          # `import pynvml` fails
+    assert _mig.main(["--config", str(path), "--name", "all-balanced"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["failed"] is True and "pynvml is not importable by %s" % sys.executable in out["msg"]
+    assert "`%s -m pip install nvidia-ml-py`" % sys.executable in out["msg"] and "nothing was changed" in out["msg"]
+
+
+def test_nvml_check_in_process(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    assert _mig.main(["--nvml-check"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and out["python"] == sys.executable and out["pynvml"] is None
+    assert "-m pip install nvidia-ml-py" in out["msg"]
+    monkeypatch.setitem(sys.modules, "pynvml", host("h200"))  # bindings with every MIG call
+    assert _mig.main(["--nvml-check"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"] is True
+
+
+def test_nvml_check_of_the_copied_script_with_and_without_site_packages(tmp_path):
+    """What the mig_layout role runs: _mig.py copied alone, run by a Python with (-I) and without (-S, no
+    site-packages) the real nvidia-ml-py of the test environment."""
+    import shutil
+    import subprocess
+
+    pytest.importorskip("pynvml")
+    script = tmp_path / "mig_apply.py"
+    shutil.copy(_mig.__file__, str(script))
+    seen = {}
+    for flag in ("-I", "-S"):
+        res = subprocess.run([sys.executable, flag, str(script), "--nvml-check"], capture_output=True, text=True,
+                             timeout=60, check=False)
+        assert res.returncode == 0, res.stderr
+        seen[flag] = json.loads(res.stdout)
+    assert seen["-I"]["ok"] is True and seen["-I"]["pynvml"].endswith("pynvml.py")
+    assert seen["-S"]["ok"] is False and "No module named 'pynvml'" in seen["-S"]["msg"]
+
+
+def test_nvml_problem_names_the_missing_mig_calls():
+    class Old:
+        __version__ = "7.352.0"
+        nvmlInit = nvmlDeviceGetCount = staticmethod(lambda *a: 0)
+
+    assert _mig.nvml_problem(host("h200"), None, "/usr/bin/python3") is None
+    problem = _mig.nvml_problem(Old(), None, "/usr/bin/python3")
+    assert "is too old for MIG" in problem and "7.352.0" in problem
+    assert all(name in problem for name in _mig.NVML_MIG_CALLS)
+    assert "`/usr/bin/python3 -m pip install nvidia-ml-py`" in problem

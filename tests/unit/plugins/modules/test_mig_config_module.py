@@ -65,3 +65,39 @@ def test_no_pynvml(capsys, monkeypatch):
     monkeypatch.setattr(mig_config, "load_nvml", lambda: (None, "pynvml is not importable on this host"))
     rc, out = run_module(capsys, mig_config.main, {"config": CONFIG, "name": "all-balanced"})
     assert rc == 1 and "nvidia-ml-py" in out["msg"]
+
+
+def test_pynvml_hidden_the_message_says_how_to_install_it(capsys, monkeypatch):
+    """The module's own import of pynvml, with pynvml hidden (None in sys.modules makes `import pynvml` fail):
+    refused before any NVML call, naming this Python and the commands that install it."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    for check_mode in (True, False):
+        rc, out = run_module(capsys, mig_config.main, {"config": CONFIG, "name": "all-balanced",
+                                                       "_ansible_check_mode": check_mode})
+        assert rc == 1 and out["msg"].startswith("cannot apply MIG layouts, nothing changed: pynvml is not importable by "
+                                                 + sys.executable), out
+        assert "ImportError" in out["msg"] or "ModuleNotFoundError" in out["msg"]
+        assert "`%s -m pip install nvidia-ml-py`" % sys.executable in out["msg"]
+        assert "python3-pynvml" in out["msg"] and "mig_layout_nvml_install" in out["msg"]
+        assert out["remediation"].startswith("install NVIDIA's nvidia-ml-py for " + sys.executable)
+        assert out["errors"] and "pynvml is not importable" in out["errors"][0]
+
+
+def test_pynvml_without_the_mig_calls_is_refused_as_too_old(capsys, monkeypatch):
+    """Bindings older than NVML's MIG API (Ubuntu 22.04's python3-pynvml 7.352) are refused before any call."""
+    sim = with_sim(monkeypatch)
+
+    class OldBindings:
+        __version__ = "7.352.0"
+        __file__ = "/usr/lib/python3/dist-packages/pynvml.py"
+
+        def __getattr__(self, name):
+            if name in ("nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlDeviceGetGpuInstancePossiblePlacements"):
+                raise AttributeError(name)
+            return getattr(sim, name)
+
+    monkeypatch.setattr(mig_config, "load_nvml", lambda: (OldBindings(), None))
+    rc, out = run_module(capsys, mig_config.main, {"config": CONFIG, "name": "all-balanced"})
+    assert rc == 1 and "is too old for MIG" in out["msg"] and "7.352.0" in out["msg"], out
+    assert "nvmlDeviceGetGpuInstancePossiblePlacements, nvmlDeviceCreateGpuInstanceWithPlacement" in out["msg"]
+    assert sim.calls == []
