@@ -56,7 +56,12 @@ CHECKS = {
     "gpu_upgrade_driver_branch": (["580", "535"], lambda v: _preflight("driver_branch", v)),
     "gpu_upgrade_driver_version": (["", "580.95.05", "535.247"], lambda v: _preflight("driver_version", v)),
     "gpu_upgrade_max_unavailable": (["1", "3", "25%", "100%"], _max_unavailable),
-    "doctor_cuda_version": (["", "12.4", "13", "12.8.1"], _cuda),
+    # the site and doctor surveys: playbooks/tasks/launch_answers.yml sets driver_branch, driver_version and
+    # doctor_cuda_version from these, as given (a blank answer keeps the inventory's); the driver role's preflight
+    # and the doctor's check_expect then check them whole
+    "gpuops_launch_driver_branch": (["580", "535"], lambda v: _preflight("driver_branch", v)),
+    "gpuops_launch_driver_version": (["", "580.95.05", "535.247"], lambda v: _preflight("driver_version", v)),
+    "gpuops_launch_doctor_cuda_version": (["", "12.4", "13", "12.8.1"], _cuda),
 }
 
 
@@ -114,3 +119,39 @@ def _unsafe_loader():
         pass
     Loader.add_constructor("!unsafe", lambda loader, node: loader.construct_scalar(node))
     return Loader
+
+
+def test_a_site_launch_with_hostile_answers_is_refused_before_anything(tmp_path, roots):
+    """The site survey's answers through playbooks/tasks/launch_answers.yml (as site.yml's first play imports it),
+    then the driver preflight, run for real; the answers from an extra-vars file shaped as AWX writes it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ansible_command
+
+    collections = os.environ["GPUOPS_COLLECTIONS"]
+    launch = os.path.join(collections, "ansible_collections", "gpuops", "nvidia", "playbooks", "tasks", "launch_answers.yml")
+    marker = tmp_path / "rendered"
+    answers = {"gpuops_launch_driver_branch": "580\nrm -rf /",
+               "gpuops_launch_driver_version": "{{ lookup('pipe', 'touch %s') }}" % marker}
+    evars = tmp_path / "awx-extravars.yml"
+    evars.write_text("".join("%s: !unsafe %s\n" % (k, yaml.safe_dump(v, default_style='"').strip()) for k, v in answers.items()))
+    book = tmp_path / "site-like.yml"
+    book.write_text(yaml.safe_dump([
+        {"hosts": "localhost", "connection": "local", "gather_facts": False, "pre_tasks": [{"ansible.builtin.import_tasks": launch}]},
+        {"hosts": "localhost", "connection": "local", "gather_facts": False,
+         "tasks": [{"ansible.builtin.include_role": {"name": "gpuops.nvidia.driver", "tasks_from": "preflight"}}]}]))
+    common = tmp_path / "common.json"
+    common.write_text(json.dumps({"ansible_python_interpreter": sys.executable, "gpu_workload": "container",
+                                  "driver_root": roots["h200"]}))
+    env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=collections, ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+    res = subprocess.run([ansible_command("ansible-playbook"), "-i", "localhost,", str(book), "-e", "@%s" % common,
+                          "-e", "@%s" % evars], env=env, capture_output=True, text=True, cwd=str(tmp_path), timeout=300,
+                         check=False)
+    assert res.returncode != 0 and "Plan the driver" not in res.stdout, res.stdout[-3000:]
+    assert "Set the answers given at launch (driver_branch, driver_version)" in res.stdout, res.stdout[-3000:]
+    assert "driver_version" in res.stdout or "driver_branch" in res.stdout, res.stdout[-3000:]
+    assert not marker.exists(), "a survey answer was rendered as a template"
