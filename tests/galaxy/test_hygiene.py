@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import sys
 
 import yaml
 from conftest import REPO
@@ -40,15 +41,23 @@ def test_spdx_header_in_every_plugin():
     assert not missing, "no %r in the first lines of:\n%s" % (SPDX, "\n".join(missing))
 
 
-def test_version_is_released_in_the_changelog():
+def test_version_is_released_or_the_next_release():
+    """galaxy.yml's version is a released one with its CHANGELOG.rst section and no fragment waiting, or the next
+    release the waiting fragments go into (tools/release.py's rules, also `make release`'s first check)."""
     version = _galaxy()["version"]
     assert re.match(r"^\d+\.\d+\.\d+$", version), version
-    with open(os.path.join(REPO, "changelogs", "changelog.yaml")) as fh:
-        releases = (yaml.safe_load(fh) or {}).get("releases") or {}
-    assert version in releases, "galaxy.yml version %s has no release in changelogs/changelog.yaml" % version
-    assert releases[version].get("release_date")
-    with open(os.path.join(REPO, "CHANGELOG.rst")) as fh:
-        assert "\nv%s\n" % version in fh.read()
+    sys.path.insert(0, os.path.join(REPO, "tools"))
+    import release  # pylint: disable=import-outside-toplevel
+
+    released, fragments = release.released_versions(REPO), release.pending_fragments(REPO)
+    assert not release.tree_problems(version, released, fragments)
+    if version in released:
+        with open(os.path.join(REPO, "changelogs", "changelog.yaml")) as fh:
+            assert ((yaml.safe_load(fh) or {}).get("releases") or {})[version].get("release_date")
+        with open(os.path.join(REPO, "CHANGELOG.rst")) as fh:
+            assert "\nv%s\n" % version in fh.read()
+    else:
+        assert fragments, "galaxy.yml's version %s is not released and no fragment waits for it" % version
 
 
 def test_build_ignore_keeps_caches_and_test_output_out():
