@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -287,6 +288,20 @@ def test_bad_max_unavailable_refused_before_any_change(lab, value, why):
     assert why in text
     assert node_patches(audit(since)) == [] and evictions(audit(since)) == []
     assert all(not core.read_node(n).spec.unschedulable and label(n) is None for n in NODES)
+
+
+@pytest.mark.parametrize("answer,batch", [("", 2), ("  ", 2), ("3", 3)])
+def test_batch_size_is_the_inventorys_unless_the_launch_answers(lab, answer, batch):
+    """AWX's survey sets gpu_upgrade_launch_max_unavailable: a blank answer keeps the inventory's
+    gpu_upgrade_max_unavailable (2 here, as the ClusterPolicy import writes it into group_vars/all), an answer
+    replaces it for this rollout; the plan's batches and the rollout play's serial both follow it."""
+    extra = lab["dir"] / "max-unavailable.yml"
+    extra.write_text(yaml.safe_dump({"all": {"vars": {"gpu_upgrade_max_unavailable": 2}}}))
+    r, since = upgrade(lab, "-i", str(extra), gpu_upgrade_plan_only=True, gpu_upgrade_launch_max_unavailable=answer)
+    assert r.returncode == 0, out(r)[-3000:]
+    text = out(r)
+    assert re.search(r"max_unavailable['\"]?: ['\"]?%d\b" % batch, text), text[-3000:]
+    assert node_patches(audit(since)) == [] and evictions(audit(since)) == []
 
 
 @pytest.mark.parametrize("value", ["app=x", {"app": "x"}, ["app=x", 3]])

@@ -42,6 +42,13 @@ def _max_unavailable(value):
         return None
 
 
+def _launch_max_unavailable(value):
+    """driver_upgrade.yml: a blank answer keeps the inventory's count (1 here, the default); else the answer, trimmed,
+    through the same check as the inventory's value."""
+    text = str(value).strip()
+    return 1 if text == "" else _max_unavailable(text)
+
+
 def _cuda(value):
     try:
         return _doctor.check_expect({"cuda_version": value})["cuda_version"]
@@ -55,7 +62,8 @@ CHECKS = {
     # inventory's); the driver role's preflight then checks them whole
     "gpu_upgrade_driver_branch": (["580", "535"], lambda v: _preflight("driver_branch", v)),
     "gpu_upgrade_driver_version": (["", "580.95.05", "535.247"], lambda v: _preflight("driver_version", v)),
-    "gpu_upgrade_max_unavailable": (["1", "3", "25%", "100%"], _max_unavailable),
+    # and gpu_upgrade_max_unavailable from this one when answered (blank: the inventory's)
+    "gpu_upgrade_launch_max_unavailable": (["", "1", "3", "25%", "100%"], _launch_max_unavailable),
     # the site and doctor surveys: playbooks/tasks/launch_answers.yml sets driver_branch, driver_version and
     # doctor_cuda_version from these, as given (a blank answer keeps the inventory's); the driver role's preflight
     # and the doctor's check_expect then check them whole
