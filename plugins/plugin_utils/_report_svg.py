@@ -87,14 +87,14 @@ def bar_chart(title, bars, empty="none", most=MAX_BARS):
            '<text x="0" y="16" font-weight="bold">%s</text>' % xml_text(title)]
     if not bars:
         out.append('<text x="0" y="%d" fill="#555555">%s</text>' % (TOP + 15, xml_text(empty)))
-    for i, bar in enumerate(bars):
+    for i, entry in enumerate(bars):
         y = TOP + i * ROW_H
-        label = "%s" % (bar.get("label"),)
-        note = bar.get("note") or ("%s" % (bar.get("value"),))
+        label = "%s" % (entry.get("label"),)
+        note = entry.get("note") or ("%s" % (entry.get("value"),))
         out.append("<g><title>%s</title>" % xml_text("%s: %s" % (label, note)))
         out.append('<text x="0" y="%s">%s</text>' % (_n(y + 15), xml_text(clip(label, LABEL_COLUMNS))))
         x = float(LABEL_W)
-        for count, tone in bar.get("parts") or [(bar.get("value") or 0, "info")]:
+        for count, tone in entry.get("parts") or [(entry.get("value") or 0, "info")]:
             w = BAR_W * int(count) / top
             if w > 0:
                 out.append('<rect x="%s" y="%s" width="%s" height="14" fill="%s"/>' % (
@@ -102,7 +102,7 @@ def bar_chart(title, bars, empty="none", most=MAX_BARS):
             x += w
         out.append('<text x="%s" y="%s" fill="#333333">%s</text></g>' % (_n(x + 6), _n(y + 15), xml_text(clip(note, NOTE_COLUMNS))))
     if more:
-        out.append('<text x="0" y="%d" fill="#555555">%s</text>' % (TOP + len(bars) * ROW_H + 15,
-                                                                     xml_text("and %d more (see the tables)" % more)))
+        note = xml_text("and %d more (see the tables)" % more)
+        out.append('<text x="0" y="%d" fill="#555555">%s</text>' % (TOP + len(bars) * ROW_H + 15, note))
     out.append("</svg>")
     return "".join(out)

@@ -295,16 +295,14 @@ def console(run, summary, hosts, plan):
         ["Inventory", ", ".join(run["inventory"]) or "-"],
         ["Limit", run["limit"]]], last_free=True)
     lines += ["", "%d of %d hosts ready; %s" % (summary["ready"], summary["hosts"], summary["validation_text"])]
-    lines += ["  " + line for line in text_table(["WORKLOAD", "HOSTS", "READY (VALIDATED)"],
-                                                  [[k["kind"], "%d" % k["hosts"], k["note"]] for k in summary["workloads"]],
-                                                  right=(1,))]
+    workloads = [[k["kind"], "%d" % k["hosts"], k["note"]] for k in summary["workloads"]]
+    lines += ["  " + line for line in text_table(["WORKLOAD", "HOSTS", "READY (VALIDATED)"], workloads, right=(1,))]
     if summary["problems"]:
-        lines += ["  " + line for line in text_table(["PROBLEM", "SEVERITY", "HOSTS"],
-                                                      [[p["id"], p["severity"], "%d" % p["hosts"]] for p in summary["problems"]],
-                                                      right=(2,))]
+        problems = [[p["id"], p["severity"], "%d" % p["hosts"]] for p in summary["problems"]]
+        lines += ["  " + line for line in text_table(["PROBLEM", "SEVERITY", "HOSTS"], problems, right=(2,))]
     if summary["drivers"]:
-        lines += ["  " + line for line in text_table(["DRIVER", "GPU HOSTS"],
-                                                      [[d["version"], "%d" % d["hosts"]] for d in summary["drivers"]], right=(1,))]
+        drivers = [[d["version"], "%d" % d["hosts"]] for d in summary["drivers"]]
+        lines += ["  " + line for line in text_table(["DRIVER", "GPU HOSTS"], drivers, right=(1,))]
     lines.append("")
     lines += text_table(
         ["HOST", "WORKLOAD", "GPUS", "PRODUCT", "DRIVER", "MODULE", "RUNTIME", "IOMMU", "VFIO", "LABELS", "REBOOT",

@@ -123,8 +123,8 @@ def _tree(tmp_path, version, released=("0.2.0",), fragments=None):
     (root / "galaxy.yml").write_text(yaml.safe_dump(galaxy, sort_keys=False))
     (root / "README.md").write_text("# gpuops.nvidia\n")
     (root / "meta" / "runtime.yml").write_text("---\nrequires_ansible: '>=2.19.0'\n")
-    changes = {"ancestor": None, "releases": {v: {"changes": {"release_summary": "Release %s." % v},
-                                                   "release_date": "2026-12-03"} for v in released}}
+    releases = {v: {"changes": {"release_summary": "Release %s." % v}, "release_date": "2026-12-03"} for v in released}
+    changes = {"ancestor": None, "releases": releases}
     (root / "changelogs" / "changelog.yaml").write_text(yaml.safe_dump(changes))
     (root / "CHANGELOG.rst").write_text("gpuops.nvidia Release Notes\n\n" +
                                         "".join("v%s\n======\n\n" % v for v in released))

@@ -196,7 +196,7 @@ def _wheel_of_installed(dist, out_dir):
     d = importlib.metadata.distribution(dist)
     skip = ("INSTALLER", "REQUESTED", "RECORD", "direct_url.json")
     files = [f for f in d.files if "__pycache__" not in str(f) and os.path.basename(str(f)) not in skip]
-    info = next(str(f).split("/")[0] for f in d.files if ".dist-info/" in str(f))
+    info = next(str(f).split("/", maxsplit=1)[0] for f in d.files if ".dist-info/" in str(f))
     path = os.path.join(out_dir, "%s-%s-py3-none-any.whl" % (d.metadata["Name"].replace("-", "_"), d.version))
     record = []
     with zipfile.ZipFile(path, "w") as zf:

@@ -57,8 +57,12 @@ def rows(roots):
     return json.loads(json.dumps(out)), hostvars
 
 
-def render(template, rows, stages=STAGES, run=RUN):
-    templar = ROLE.templar(report_rows=rows, report_stages=stages, _report_run=run, ansible_search_path=[ROLE.path])
+DEFAULT = object()  # render()'s defaults: the module's ROWS, STAGES and RUN (None is a value callers pass)
+
+
+def render(template, rows, stages=DEFAULT, run=DEFAULT):
+    templar = ROLE.templar(report_rows=rows, report_stages=STAGES if stages is DEFAULT else stages,
+                           _report_run=RUN if run is DEFAULT else run, ansible_search_path=[ROLE.path])
     return str(templar.template(trust_as_template("{{ lookup('ansible.builtin.template', '%s') }}" % template)))
 
 

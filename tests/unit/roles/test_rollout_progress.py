@@ -68,8 +68,8 @@ def run_rollouts(tmp_path, script, extra):
 
 
 def test_a_slow_rollout_prints_a_line_per_slice_and_ends_when_done(tmp_path):
-    script = {("GET", "/apis/apps/v1/daemonsets"): [items("DaemonSet", daemonset(0))] * 5 + [
-                  items("DaemonSet", daemonset(2))],
+    pending_then_done = [items("DaemonSet", daemonset(0))] * 5 + [items("DaemonSet", daemonset(2))]
+    script = {("GET", "/apis/apps/v1/daemonsets"): pending_then_done,
               ("GET", "/apis/apps/v1/deployments"): [items("Deployment")]}
     res, reads = run_rollouts(tmp_path, script, {"gpuops_progress_interval": 2, "_common_rollout_timeout": 60})
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
@@ -82,7 +82,7 @@ def test_a_slow_rollout_prints_a_line_per_slice_and_ends_when_done(tmp_path):
 def test_a_rollout_that_never_ends_fails_naming_the_total_and_what_is_pending(tmp_path):
     script = {("GET", "/apis/apps/v1/daemonsets"): [items("DaemonSet", daemonset(1))],
               ("GET", "/apis/apps/v1/deployments"): [items("Deployment")]}
-    res, _ = run_rollouts(tmp_path, script, {"gpuops_progress_interval": 2, "_common_rollout_timeout": 5})
+    res = run_rollouts(tmp_path, script, {"gpuops_progress_interval": 2, "_common_rollout_timeout": 5})[0]
     assert res.returncode != 0
     lines = [ln for ln in res.stdout.splitlines() if RETRY in ln]
     assert len(lines) == 2, lines  # 5 s in slices of 2 s: three module runs, two progress lines between them

@@ -79,9 +79,13 @@ STAGES = [{"stage": t, "pattern": t, "hosts": [t, "h1"], "ran_on_no_host": False
     {"stage": "vfio", "pattern": "vm_passthrough", "hosts": ["gpu-p01.example.net"], "ran_on_no_host": False, "note": ""}]
 
 
-def render(template, rows=ROWS, stages=STAGES, run=RUN):
+DEFAULT = object()  # render()'s defaults: the module's ROWS, STAGES and RUN (None is a value callers pass)
+
+
+def render(template, rows=DEFAULT, stages=DEFAULT, run=DEFAULT):
     """The template as publish.yml renders it: the template lookup, found through the role's path."""
-    templar = ROLE.templar(report_rows=rows, report_stages=stages, _report_run=run, ansible_search_path=[ROLE.path])
+    templar = ROLE.templar(report_rows=ROWS if rows is DEFAULT else rows, report_stages=STAGES if stages is DEFAULT else stages,
+                           _report_run=RUN if run is DEFAULT else run, ansible_search_path=[ROLE.path])
     return str(templar.template(trust_as_template("{{ lookup('ansible.builtin.template', '%s') }}" % template)))
 
 
