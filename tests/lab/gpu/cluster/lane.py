@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -963,9 +964,12 @@ def dra_step(lane_vars, uuid):
               "DRA_DRIVER_GIT and carry .gpu-cluster/d in a stage call" % (part_d or "not staged"))
         return
     version = pinned("dra_driver")
+    # the toolkit's CDI hook where site.yml put it: /usr/bin from packages, <archive_prefix>/bin (/usr/local/bin) from
+    # the archive the lane installs
+    hook = shutil.which("nvidia-cdi-hook", path="/usr/bin:/usr/local/bin") or "/usr/bin/nvidia-cdi-hook"
     ok = step_image("dra_driver", "%s/nvidia/dra-driver-nvidia-gpu:%s" % (lane_vars["gpuops_registry"], version),
                     version, "NVIDIA's gpu-kubelet-plugin", kit_versions().get("dra-driver"),
-                    "--bin", plugin, "--bin", os.path.join(part_d, "bash"), "--bin", "/usr/bin/nvidia-cdi-hook",
+                    "--bin", plugin, "--bin", os.path.join(part_d, "bash"), "--bin", hook,
                     "--bin", os.path.join(files, "kubelet-plugin-prestart.sh"))
     if not ok:
         return
