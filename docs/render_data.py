@@ -68,9 +68,6 @@ GETTERS = {
     "containerd.lane": lambda: lane("go")["lane"]["version"],
     "containerd.lane.debian": lambda: lane("debian")["lane"]["version"],
 }
-# components.<role>: the image version a component role pins (the lanes build NFD at exactly that version)
-GETTERS.update({"components." + _role: (lambda r=_role: components().IMAGES[r]["version"])
-                for _role in ("nfd", "device_plugin", "gfd", "validator", "mig_manager", "dcgm_exporter")})
 
 
 # -- renderers ----------------------------------------------------------------------------------------------
@@ -114,6 +111,12 @@ def render_containerd_releases(data=None, repo=REPO):
 
 def components(repo=REPO):
     return load(COMPONENTS_DATA, repo)
+
+
+# components.<role>: the image version a component role pins, for every role of _components.py (the lanes build
+# NFD, the device plugin, the DRA driver ... at exactly that version)
+GETTERS.update({"components." + _role: (lambda r=_role: components().IMAGES[r]["version"])
+                for _role in components().IMAGES})
 
 
 def render_component_images(data=None, repo=REPO):

@@ -64,3 +64,10 @@ def test_a_version_bump_is_one_edit(tmp_path):
 
 def test_docs_and_roles_are_generated_from_the_data():
     assert render.stale() == [], "run: python docs/render_data.py --write"
+
+
+def test_every_pin_can_be_asked_for():
+    """The GPU lanes ask `render_data.py --get components.<role>` for the version to build and name an image by:
+    every role of the data file answers (the DRA step once got '' for dra_driver and built an image without a tag)."""
+    for role, image in render.components().IMAGES.items():
+        assert render.GETTERS["components." + role]() == image["version"], role

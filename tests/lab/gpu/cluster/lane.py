@@ -964,6 +964,9 @@ def dra_step(lane_vars, uuid):
               "DRA_DRIVER_GIT and carry .gpu-cluster/d in a stage call" % (part_d or "not staged"))
         return
     version = pinned("dra_driver")
+    if not version:  # an image without a tag would be made and named wrong
+        check("dra-driver-image", False, "docs/render_data.py gives no pinned version for dra_driver")
+        return
     # the toolkit's CDI hook where site.yml put it: /usr/bin from packages, <archive_prefix>/bin (/usr/local/bin) from
     # the archive the lane installs
     hook = shutil.which("nvidia-cdi-hook", path="/usr/bin:/usr/local/bin") or "/usr/bin/nvidia-cdi-hook"
