@@ -204,3 +204,13 @@ def runtime_host(tmp_path):
     d = tmp_path / "etc"
     d.mkdir()
     return d, str(tmp_path / "state")
+
+
+def tree_bytes(top):
+    """{path relative to top: bytes} of every file under top: a tree compared before and after a run."""
+    out = {}
+    for d, _dirs, files in os.walk(str(top)):
+        for f in files:
+            with open(os.path.join(d, f), "rb") as fh:
+                out[os.path.relpath(os.path.join(d, f), str(top))] = fh.read()
+    return out

@@ -15,7 +15,7 @@ import tarfile
 import pytest
 import yaml
 
-from conftest import needs
+from conftest import needs, tree_bytes
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 # galaxy.yml, tools/ and mk/ are the repository's, not in the Galaxy tarball
@@ -133,15 +133,6 @@ def _tree(tmp_path, version, released=("0.2.0",), fragments=None):
     return root
 
 
-def _snapshot(root):
-    out = {}
-    for d, _dirs, files in os.walk(str(root)):
-        for f in files:
-            with open(os.path.join(d, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(d, f), str(root))] = fh.read()
-    return out
-
-
 FRAGMENT = "---\nminor_changes:\n  - gpu_facts - a new fact.\n"
 
 
@@ -168,12 +159,12 @@ def test_check_command(tmp_path, capsys):
 
 def test_make_release_refuses_a_released_version_and_changes_nothing(tmp_path):
     root = _tree(tmp_path, "0.2.0", fragments={"x.yml": FRAGMENT})
-    before = _snapshot(root)
+    before = tree_bytes(root)
     res = _make_release(root)
     assert res.returncode != 0
     assert "galaxy.yml's version 0.2.0 is already released" in res.stderr, res.stdout + res.stderr
     assert "antsibull-changelog release" not in res.stdout      # refused before the first step that writes
-    assert _snapshot(root) == before
+    assert tree_bytes(root) == before
 
 
 def test_make_release_writes_the_changelog_and_builds_the_tarball(tmp_path):

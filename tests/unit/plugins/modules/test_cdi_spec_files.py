@@ -10,7 +10,7 @@ import os
 import pathlib
 
 import pytest
-from conftest import run_module
+from conftest import run_module, tree_bytes
 
 from ansible_collections.gpuops.nvidia.plugins.modules import cdi_spec
 
@@ -133,14 +133,6 @@ def test_bad_mode_is_refused(root, tmp_path, capsys, bad):
 
 # -- root: the node tree is read there and the spec written there (issue 33), as vfio_pci and sriov_vfs do ----------
 
-def _tree_files(top):
-    out = {}
-    for d, _dirs, files in os.walk(str(top)):
-        for f in files:
-            with open(os.path.join(d, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(d, f), str(top))] = fh.read()
-    return out
-
 
 def test_the_spec_is_written_under_root_with_host_paths_inside(root, tmp_path, capsys):
     outside = tmp_path / "etc" / "cdi" / "nvidia.yaml"          # where the spec went before: path itself
@@ -192,10 +184,10 @@ def test_a_root_that_is_no_directory_is_refused(tmp_path, capsys, state):
 
 
 def test_source_nvml_with_a_root_is_refused_not_quietly_read_from_proc(root, capsys):
-    before = _tree_files(root)
+    before = tree_bytes(root)
     rc, res = cdi(capsys, root=root, path="/etc/cdi/nvidia.yaml", source="nvml")
     assert res.get("failed") and "source=nvml reads the running driver" in res["msg"], res
-    assert "use source=proc" in res["msg"] and _tree_files(root) == before
+    assert "use source=proc" in res["msg"] and tree_bytes(root) == before
     # auto with a root reads /proc, and says so
     rc, res = cdi(capsys, root=root, path="/etc/cdi/nvidia.yaml", source="auto")
     assert rc == 0 and res["source"] == "proc"
